@@ -1,0 +1,26 @@
+#!/usr/bin/env node
+// Runs every test file of the workspace in one node:test run, so that the
+// closing summary (# tests / # pass / # fail) covers the whole suite.
+import { readdirSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const roots = ['packages', 'apps', 'benchmarks', 'tools'];
+const files = [];
+function walk(dir) {
+  for (const name of readdirSync(dir)) {
+    if (name === 'node_modules' || name === 'dist' || name.startsWith('.')) continue;
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) walk(p);
+    else if (/\.test\.(ts|mjs|js)$/.test(name) && /(^|\/)test\//.test(relative(root, p))) files.push(relative(root, p));
+  }
+}
+for (const r of roots) { try { walk(join(root, r)); } catch (e) { if (e.code !== 'ENOENT') throw e; } }
+const filter = process.argv.slice(2);
+const selected = filter.length ? files.filter((f) => filter.some((s) => f.includes(s))) : files;
+files.sort();
+if (selected.length === 0) { console.error('no test files found'); process.exit(1); }
+const res = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', ...selected], { cwd: root, stdio: 'inherit' });
+process.exit(res.status ?? 1);

@@ -1,0 +1,111 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { timingSafeEqual } from 'node:crypto';
+import type { Config, PublishRequest, PublishResult } from '@sluice/core';
+import { decodeFrameObject, TOPIC_PATTERN } from '@sluice/protocol';
+import type { Logger } from '@sluice/telemetry';
+
+export interface AdminDeps {
+  readonly config: Config;
+  readonly log: Logger;
+  ready(): boolean;
+  metrics(): Promise<{ text: string; contentType: string }>;
+  publish(req: PublishRequest): Promise<PublishResult>;
+}
+
+/**
+ * The admin HTTP server (ADMIN_PORT): health, metrics and the server-side
+ * publish API. Plain node:http: nothing here is on the hot path.
+ */
+export function createAdminServer(deps: AdminDeps): Server {
+  const token = deps.config.adminToken === undefined ? undefined : Buffer.from(`Bearer ${deps.config.adminToken}`);
+  const authorized = (req: IncomingMessage): boolean => {
+    if (token === undefined) return true;
+    const got = Buffer.from(req.headers.authorization ?? '');
+    return got.length === token.length && timingSafeEqual(got, token);
+  };
+
+  return createServer((req, res) => {
+    const url = (req.url ?? '/').split('?')[0];
+    const route = `${req.method} ${url}`;
+    switch (route) {
+      case 'GET /health/live':
+        return json(res, 200, { status: 'live' });
+      case 'GET /health/ready':
+        return deps.ready() ? json(res, 200, { status: 'ready' }) : json(res, 503, { status: 'unavailable' });
+      case 'GET /metrics':
+        deps.metrics().then(
+          (m) => {
+            res.writeHead(200, { 'content-type': m.contentType });
+            res.end(m.text);
+          },
+          (err: unknown) => {
+            deps.log.warn({ err }, 'metrics collection failed');
+            json(res, 500, { reason: 'internal' });
+          },
+        );
+        return;
+      case 'POST /v1/publish':
+        if (!authorized(req)) return json(res, 401, { reason: 'unauthorized' });
+        readBody(req, deps.config.hardMaxFrameBytes).then(
+          (body) => {
+            if (body === undefined) return json(res, 413, { reason: 'payload_too_large' });
+            return publish(deps, body, res);
+          },
+          () => json(res, 400, { reason: 'bad_request', message: 'request body could not be read' }),
+        );
+        return;
+      default:
+        return json(res, 404, { reason: 'not_found' });
+    }
+  });
+}
+
+async function publish(deps: AdminDeps, body: string, res: ServerResponse): Promise<void> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(body);
+  } catch {
+    return json(res, 400, { reason: 'bad_request', message: 'body is not valid JSON' });
+  }
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    return json(res, 400, { reason: 'bad_request', message: 'body must be a JSON object' });
+  }
+  const obj = raw as Record<string, unknown>;
+  const tenant = obj.tenant ?? 'default';
+  if (typeof tenant !== 'string' || !TOPIC_PATTERN.test(tenant)) {
+    return json(res, 400, { reason: 'bad_request', message: 'tenant must match ^[A-Za-z0-9:_.\\-]{1,200}$' });
+  }
+  const r = decodeFrameObject({ ...obj, type: 'publish' });
+  if (!r.ok) return json(res, 400, { reason: 'bad_request', message: r.message });
+  if (r.frame.type !== 'publish') return json(res, 400, { reason: 'bad_request' });
+  const f = r.frame;
+  const result = await deps.publish({ tenant, topic: f.topic, dataJson: f.dataJson, cls: f.cls, key: f.key,
+    idempotencyKey: f.idempotencyKey, traceparent: f.traceparent });
+  if (!result.ok) return json(res, 503, { reason: result.reason });
+  const out: Record<string, unknown> = {};
+  if (result.id !== undefined) out.id = result.id;
+  if (result.duplicate) out.duplicate = true;
+  return json(res, 200, out);
+}
+
+function json(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+/** Reads a body of at most `limit` bytes; undefined when it is larger. */
+function readBody(req: IncomingMessage, limit: number): Promise<string | undefined> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let over = false;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > limit) over = true;
+      else chunks.push(c);
+    });
+    req.on('end', () => resolve(over ? undefined : Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}

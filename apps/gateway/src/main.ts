@@ -1,0 +1,44 @@
+/**
+ * `pnpm start`: parses the environment once, then runs the coordinator in
+ * the foreground until SIGTERM or SIGINT.
+ */
+import { availableParallelism } from 'node:os';
+import { ConfigError, loadConfig } from '@sluice/core';
+import { createLogger } from '@sluice/telemetry';
+import { Coordinator } from './coordinator.ts';
+
+function main(): void {
+  let loaded;
+  try {
+    loaded = loadConfig(process.env, { availableParallelism: availableParallelism() });
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`sluice: ${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  const { config, warnings } = loaded;
+  const log = createLogger(config.logLevel, { role: 'coordinator' });
+  for (const w of warnings) log.warn(w);
+  const coordinator = new Coordinator(config, log, { testHooks: process.env.SLUICE_TEST_HOOKS === '1' });
+  const stop = (signal: string): void => {
+    coordinator.stop(signal).then(
+      () => process.exit(0),
+      (err: unknown) => {
+        log.fatal({ err }, 'stop failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+  coordinator.start().catch((err: unknown) => {
+    log.fatal({ err }, 'start failed');
+    process.stderr.write(`sluice: start failed: ${err instanceof Error ? err.message : String(err)}\n`);
+    // Shards that did start must close their sockets before the process may exit.
+    void coordinator.stop('start failed').finally(() => process.exit(1));
+  });
+}
+
+main();

@@ -1,0 +1,514 @@
+/**
+ * A shard: one worker thread, one uWS app listening on the shared port
+ * (SO_REUSEPORT lets the kernel spread connections over the shards). It owns
+ * its sockets from upgrade to close and applies the socket guard before any
+ * frame is decoded. It talks to the rest of the node only through its Broker
+ * and the shared flags.
+ */
+import type { MessagePort } from 'node:worker_threads';
+import { type Config, compareEventIds, type Delivery, type EventId, type FixedWindowState, type HistoryRead,
+  hitFixedWindow, jitter, topicKey } from '@sluice/core';
+import {
+  type CloseReason, closeSpecs, decodeClientFrame, encodeCloseReason, encodePong, encodeRejection, encodeReplyOk,
+  type ErrorReason, ErrorReasons, isStrike, type JoinFrame, type LeaveFrame, parseEventId, PEEK_REF_BYTES, peekRef,
+  PROTOCOL_VERSION, type PublishFrame, welcomeFrame, welcomePrefix,
+} from '@sluice/protocol';
+import { counterFrom, createLogger, gaugeFrom, type Logger, registerEventLoopStall, Registry } from '@sluice/telemetry';
+import type { ToShard } from './messages.ts';
+import { Flag, SharedState } from './shared-state.ts';
+import { ThreadBroker } from './thread-broker.ts';
+import { loadNativeUws, type HttpRequest, type HttpResponse, type TemplatedApp, type us_listen_socket,
+  type us_socket_context_t, type WebSocket } from './uws.ts';
+
+export interface ShardTask {
+  readonly shard: number;
+  /** Restart count of this shard, part of connection ids so they never repeat. */
+  readonly generation: number;
+  readonly nodeId: string;
+  readonly config: Config;
+  readonly shared: SharedArrayBuffer;
+  readonly port: MessagePort;
+  /** The concrete public port (the first shard may get 0 and report what it bound). */
+  readonly listenPort: number;
+  /** Enables the `debug.crash` frame that tests use to crash a shard on purpose. */
+  readonly testHooks: boolean;
+}
+
+export interface ShardExit {
+  readonly shard: number;
+}
+
+/** Per-socket state, typed, stored as the uWS user data. */
+interface SocketData extends FixedWindowState {
+  readonly id: string;
+  readonly tenant: string;
+  readonly user: string;
+  readonly ip: string;
+  open: boolean;
+  strikes: number;
+  /** Publishes sent to the broker whose ack the client has not been sent yet. */
+  inflight: number;
+  /** Joined topics: client name to tenant-scoped key. Created on first join. */
+  topics: Map<string, string> | null;
+}
+
+type Socket = WebSocket<SocketData>;
+
+/** A join with `since` whose replay is on its way: live events meanwhile wait here. */
+interface Recovery {
+  readonly ws: Socket;
+  readonly d: SocketData;
+  readonly topic: string;
+  readonly key: string;
+  readonly buffered: Delivery[];
+}
+
+/** A topic some socket of this shard has joined: the shard's single broker subscription. */
+interface TopicState {
+  count: number;
+  ready: boolean;
+  waiters: ((ok: boolean) => void)[];
+}
+
+const CRASH_FRAME = '{"type":"debug.crash"}';
+
+export default function runShard(task: ShardTask): Promise<ShardExit> {
+  return new Shard(task).run();
+}
+
+class Shard {
+  private readonly uws = loadNativeUws();
+  private readonly cfg: Config;
+  private readonly shared: SharedState;
+  private readonly broker: ThreadBroker;
+  private readonly log: Logger;
+  private readonly app: TemplatedApp;
+  private readonly sockets = new Set<Socket>();
+  private readonly topics = new Map<string, TopicState>();
+  private readonly recoveries = new Map<string, Set<Recovery>>();
+  private readonly registry = new Registry();
+  private readonly welcome: string;
+  private listenSocket: us_listen_socket | null = null;
+  private stopping = false;
+  private dying = false;
+  private seq = 0;
+  private finish: (exit: ShardExit) => void = () => {};
+  private fail: (err: Error) => void = () => {};
+
+  private readonly m = {
+    framesIn: 0,
+    rejections: Object.fromEntries(ErrorReasons.map((r) => [r, 0])) as Record<ErrorReason, number>,
+    upgrades: { accepted: 0, unavailable: 0 } as Record<'accepted' | 'unavailable', number>,
+    closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0 } as Record<string, number>,
+  };
+
+  constructor(private readonly task: ShardTask) {
+    this.cfg = task.config;
+    this.shared = new SharedState(task.shared);
+    this.log = createLogger(this.cfg.logLevel, { shard: task.shard });
+    this.broker = new ThreadBroker(task.port, (m) => this.control(m));
+    this.broker.onDelivery((d) => this.deliver(d));
+    this.welcome = welcomePrefix(this.cfg.heartbeatMs, this.cfg);
+    this.registerMetrics();
+    this.app = this.buildApp();
+  }
+
+  run(): Promise<ShardExit> {
+    process.on('uncaughtException', (err) => this.die(err));
+    process.on('unhandledRejection', (err) => this.die(err instanceof Error ? err : new Error(String(err))));
+    return new Promise<ShardExit>((resolve, reject) => {
+      this.finish = resolve;
+      this.fail = reject;
+      this.app.listen(this.cfg.host, this.task.listenPort, (ls) => {
+        if (ls === false) {
+          reject(new Error(`shard ${this.task.shard} could not listen on ${this.cfg.host}:${this.task.listenPort}`));
+          return;
+        }
+        this.listenSocket = ls;
+        const port = this.uws.us_socket_local_port(ls as never);
+        this.broker.send({ op: 'listening', port });
+      });
+    });
+  }
+
+  private buildApp(): TemplatedApp {
+    const cfg = this.cfg;
+    // uWS drops a frame above maxPayloadLength by closing the TCP connection
+    // (the client sees 1006). Leaving room above the hard cap lets the guard
+    // answer every frame up to twice the cap with a proper 1009.
+    const maxPayloadLength = Math.min(2 * cfg.hardMaxFrameBytes, 0x7fffffff);
+    const idleTimeout = Math.min(960, Math.max(8, Math.ceil((2 * cfg.heartbeatMs) / 4000) * 4));
+    return this.uws
+      .App()
+      .ws<SocketData>('/ws', {
+        maxPayloadLength,
+        idleTimeout,
+        sendPingsAutomatically: true,
+        maxBackpressure: 1024 * 1024,
+        upgrade: (res, req, context) => this.upgrade(res, req, context),
+        open: (ws) => this.open(ws),
+        message: (ws, message, isBinary) => this.message(ws, message, isBinary),
+        close: (ws) => this.close(ws),
+      })
+      .get('/health/live', (res) => {
+        res.cork(() => res.writeHeader('content-type', 'application/json').end('{"status":"live"}'));
+      })
+      .get('/health/ready', (res) => {
+        const ready = this.shared.ready(cfg.workers, cfg.maxSockets);
+        res.cork(() => {
+          if (!ready) res.writeStatus('503 Service Unavailable');
+          res.writeHeader('content-type', 'application/json').end(ready ? '{"status":"ready"}' : '{"status":"unavailable"}');
+        });
+      })
+      .any('/*', (res) => {
+        res.cork(() => res.writeStatus('404 Not Found').writeHeader('content-type', 'application/json').end('{"reason":"not_found"}'));
+      });
+  }
+
+  // --- upgrade and lifecycle -------------------------------------------------
+
+  private upgrade(res: HttpResponse, req: HttpRequest, context: us_socket_context_t): void {
+    const cfg = this.cfg;
+    if (this.stopping || this.shared.has(Flag.Draining) ||
+        (cfg.maxSockets !== 0 && this.shared.totalSockets(cfg.workers) >= cfg.maxSockets)) {
+      this.m.upgrades.unavailable++;
+      const retryAfterMs = jitter(cfg.retryAfterMinMs, cfg.retryAfterMaxMs, Math.random);
+      res.cork(() => {
+        res.writeStatus('503 Service Unavailable')
+          .writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
+          .writeHeader('content-type', 'application/json')
+          .end(`{"reason":"unavailable","retryAfterMs":${retryAfterMs}}`, true);
+      });
+      return;
+    }
+    // uWS: every header MUST be read before upgrade() returns; req is gone afterwards.
+    const key = req.getHeader('sec-websocket-key');
+    const offered = req.getHeader('sec-websocket-protocol');
+    const extensions = req.getHeader('sec-websocket-extensions');
+    const protocol = offered.split(',').some((p) => p.trim() === PROTOCOL_VERSION) ? PROTOCOL_VERSION : '';
+    const data: SocketData = {
+      id: `${this.task.nodeId}.${this.task.shard}.${this.task.generation}.${(++this.seq).toString(36)}`,
+      tenant: 'default',
+      user: 'anonymous',
+      ip: Buffer.from(res.getRemoteAddressAsText()).toString(),
+      open: true,
+      strikes: 0,
+      inflight: 0,
+      topics: null,
+      windowStart: 0,
+      windowCount: 0,
+    };
+    this.m.upgrades.accepted++;
+    res.upgrade(data, key, protocol, extensions, context);
+  }
+
+  private open(ws: Socket): void {
+    const d = ws.getUserData();
+    this.sockets.add(ws);
+    this.shared.addSockets(this.task.shard, 1);
+    ws.send(welcomeFrame(this.welcome, d.id), false);
+  }
+
+  private close(ws: Socket): void {
+    const d = ws.getUserData();
+    d.open = false;
+    this.sockets.delete(ws);
+    this.shared.addSockets(this.task.shard, -1);
+    if (d.topics !== null) {
+      // uWS already removed the socket from its native topics.
+      for (const key of d.topics.values()) {
+        this.cancelRecovery(d, key);
+        this.release(key);
+      }
+      d.topics = null;
+    }
+  }
+
+  /** Closes a socket with the code and JSON reason of the protocol's close table. */
+  private closeWith(ws: Socket, d: SocketData, reason: CloseReason, retryAfterMs?: number): void {
+    if (!d.open) return;
+    d.open = false;
+    this.m.closes[reason] = (this.m.closes[reason] ?? 0) + 1;
+    ws.end(closeSpecs[reason].code, encodeCloseReason(reason, retryAfterMs));
+  }
+
+  // --- the socket guard and dispatch -----------------------------------------
+
+  private message(ws: Socket, buf: ArrayBuffer, isBinary: boolean): void {
+    const d = ws.getUserData();
+    if (!d.open) return;
+    this.m.framesIn++;
+    const cfg = this.cfg;
+    const len = buf.byteLength;
+    if (len > cfg.hardMaxFrameBytes) {
+      this.log.info({ conn: d.id, ip: d.ip, bytes: len }, 'closing socket: frame above the hard cap');
+      this.closeWith(ws, d, 'payload_too_large');
+      return;
+    }
+    const wait = hitFixedWindow(d, Date.now(), cfg.maxMessages, cfg.rateWindowMs);
+    if (wait !== 0) {
+      this.reject(ws, d, this.peek(buf), 'rate_limited', wait);
+      return;
+    }
+    if (isBinary) {
+      this.reject(ws, d, undefined, 'bad_request', undefined, 'binary frames are not accepted: send JSON text');
+      return;
+    }
+    if (len > cfg.maxFrameBytes) {
+      this.reject(ws, d, this.peek(buf), 'payload_too_large', undefined, `frame above ${cfg.maxFrameBytes} bytes`);
+      return;
+    }
+    const text = Buffer.from(buf).toString('utf8');
+    if (this.task.testHooks && text === CRASH_FRAME) throw new Error('debug.crash: shard crashed on purpose');
+    const r = decodeClientFrame(text);
+    if (!r.ok) {
+      this.reject(ws, d, r.ref, r.reason, undefined, r.message);
+      return;
+    }
+    const f = r.frame;
+    switch (f.type) {
+      case 'publish':
+        this.publish(ws, d, f);
+        return;
+      case 'join':
+        this.join(ws, d, f);
+        return;
+      case 'leave':
+        this.leave(ws, d, f);
+        return;
+      case 'ping':
+        d.strikes = 0;
+        ws.send(encodePong(f.ref), false);
+        return;
+    }
+  }
+
+  private peek(buf: ArrayBuffer): string | undefined {
+    return peekRef(Buffer.from(buf, 0, Math.min(buf.byteLength, PEEK_REF_BYTES)).toString('latin1'));
+  }
+
+  /** Answers a rejected frame; the frame goes no further and the socket stays open, unless it struck out. */
+  private reject(ws: Socket, d: SocketData, ref: string | undefined, reason: ErrorReason, retryAfterMs?: number, message?: string): void {
+    this.m.rejections[reason]++;
+    ws.send(encodeRejection(ref, reason, retryAfterMs, message), false);
+    if (this.log.isLevelEnabled('debug')) this.log.debug({ conn: d.id, reason, ref }, 'frame rejected');
+    if (isStrike(reason) && ++d.strikes >= this.cfg.maxStrikes) {
+      this.log.info({ conn: d.id, ip: d.ip, strikes: d.strikes }, 'closing socket: too many rejected frames in a row');
+      this.closeWith(ws, d, 'abusive');
+    }
+  }
+
+  private publish(ws: Socket, d: SocketData, f: PublishFrame): void {
+    d.strikes = 0;
+    d.inflight++;
+    this.broker
+      .publish({ tenant: d.tenant, topic: f.topic, dataJson: f.dataJson, cls: f.cls, key: f.key,
+        idempotencyKey: f.idempotencyKey, traceparent: f.traceparent })
+      .then((res) => {
+        d.inflight--;
+        if (!d.open) return;
+        let reply: string;
+        if (!res.ok) reply = encodeRejection(f.ref, res.reason);
+        else if (res.id === undefined) reply = encodeReplyOk(f.ref);
+        else reply = encodeReplyOk(f.ref, res.duplicate ? `{"id":"${res.id}","duplicate":true}` : `{"id":"${res.id}"}`);
+        ws.cork(() => ws.send(reply, false));
+      });
+  }
+
+  private join(ws: Socket, d: SocketData, f: JoinFrame): void {
+    if (d.topics?.has(f.topic) === true) {
+      d.strikes = 0;
+      ws.send(encodeReplyOk(f.ref), false);
+      return;
+    }
+    if ((d.topics?.size ?? 0) >= this.cfg.maxJoins) {
+      this.reject(ws, d, f.ref, 'too_many_joins', undefined, `at most ${this.cfg.maxJoins} joined topics per socket`);
+      return;
+    }
+    d.strikes = 0;
+    const key = topicKey(d.tenant, f.topic);
+    (d.topics ??= new Map()).set(f.topic, key);
+    const since = f.since;
+    this.acquire(key, (ok) => {
+      if (!d.open || d.topics?.get(f.topic) !== key) return;
+      if (!ok) {
+        d.topics.delete(f.topic);
+        this.release(key);
+        ws.cork(() => ws.send(encodeRejection(f.ref, 'unavailable'), false));
+        return;
+      }
+      if (since === undefined) {
+        ws.cork(() => {
+          ws.subscribe(key);
+          ws.send(encodeReplyOk(f.ref), false);
+        });
+        return;
+      }
+      this.recover(ws, d, f, key, since);
+    });
+  }
+
+  /**
+   * Replays history after `since`, then goes live with no gap and no
+   * duplicate: the broker subscription is already up, so live events that
+   * arrive while the history is fetched are buffered, and those the replay
+   * already covered (id not above the last replayed id) are dropped.
+   * Everything before the join's reply is replay; everything after is live.
+   */
+  private recover(ws: Socket, d: SocketData, f: JoinFrame, key: string, since: string): void {
+    const rec: Recovery = { ws, d, topic: f.topic, key, buffered: [] };
+    let set = this.recoveries.get(key);
+    if (set === undefined) this.recoveries.set(key, (set = new Set()));
+    set.add(rec);
+    this.broker.history(key, since).then((read: HistoryRead) => {
+      if (!this.recoveries.get(key)?.delete(rec)) return; // left or closed meanwhile
+      if (this.recoveries.get(key)?.size === 0) this.recoveries.delete(key);
+      if (!d.open || d.topics?.get(f.topic) !== key) return;
+      let last: EventId = parseEventId(since)!;
+      const lastReplayed = read.events.at(-1)?.id;
+      if (lastReplayed !== undefined) last = parseEventId(lastReplayed)!;
+      ws.cork(() => {
+        for (const e of read.events) ws.send(e.frame, false);
+        ws.send(encodeReplyOk(f.ref, `{"recovered":${read.recovered}}`), false);
+        for (const ev of rec.buffered) {
+          if (ev.id === undefined || compareEventIds(parseEventId(ev.id)!, last) > 0) ws.send(ev.frame, false);
+        }
+        ws.subscribe(key);
+      });
+    });
+  }
+
+  private cancelRecovery(d: SocketData, key: string): void {
+    const set = this.recoveries.get(key);
+    if (set === undefined) return;
+    for (const rec of set) if (rec.d === d) set.delete(rec);
+    if (set.size === 0) this.recoveries.delete(key);
+  }
+
+  private leave(ws: Socket, d: SocketData, f: LeaveFrame): void {
+    const key = d.topics?.get(f.topic);
+    if (key === undefined) {
+      this.reject(ws, d, f.ref, 'not_joined', undefined, `not joined to ${f.topic}`);
+      return;
+    }
+    d.strikes = 0;
+    d.topics!.delete(f.topic);
+    this.cancelRecovery(d, key);
+    if (ws.isSubscribed(key)) ws.unsubscribe(key);
+    this.release(key);
+    ws.send(encodeReplyOk(f.ref), false);
+  }
+
+  // --- topics: one broker subscription per shard, counted --------------------
+
+  private acquire(key: string, cb: (ok: boolean) => void): void {
+    const st = this.topics.get(key);
+    if (st !== undefined) {
+      st.count++;
+      if (st.ready) cb(true);
+      else st.waiters.push(cb);
+      return;
+    }
+    const created: TopicState = { count: 1, ready: false, waiters: [cb] };
+    this.topics.set(key, created);
+    this.broker.subscribe(key).then(
+      () => {
+        created.ready = true;
+        const waiters = created.waiters;
+        created.waiters = [];
+        for (const w of waiters) w(true);
+      },
+      (err: unknown) => {
+        this.log.warn({ topic: key, err }, 'broker subscribe failed');
+        const waiters = created.waiters;
+        created.waiters = [];
+        for (const w of waiters) w(false);
+      },
+    );
+  }
+
+  private release(key: string): void {
+    const st = this.topics.get(key);
+    if (st === undefined) return;
+    if (--st.count > 0) return;
+    this.topics.delete(key);
+    this.broker.unsubscribe(key);
+  }
+
+  private deliver(d: Delivery): void {
+    this.app.publish(d.topic, d.frame, false, false);
+    const recs = this.recoveries.get(d.topic);
+    if (recs !== undefined) for (const rec of recs) rec.buffered.push(d);
+  }
+
+  // --- control, stop, crash --------------------------------------------------
+
+  private control(m: ToShard): void {
+    if (m.op === 'stop') this.stop();
+    else if (m.op === 'metrics') {
+      void this.registry.getMetricsAsJSON().then((json) => {
+        this.broker.send({ op: 'metrics', rid: m.rid, json });
+      });
+    }
+  }
+
+  /** Closes the listen socket and every socket (1012 with a retry hint), then ends the task. */
+  private stop(): void {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.closeListenSocket();
+    const cfg = this.cfg;
+    for (const ws of [...this.sockets]) {
+      this.closeWith(ws, ws.getUserData(), 'unavailable', jitter(cfg.retryAfterMinMs, cfg.retryAfterMaxMs, Math.random));
+    }
+    const deadline = Date.now() + 3000;
+    const poll = (): void => {
+      if (this.sockets.size > 0 && Date.now() < deadline) {
+        setTimeout(poll, 20);
+        return;
+      }
+      // Sockets whose peer never answered the close frame are cut: a worker
+      // thread that exits with a socket open aborts the whole process.
+      for (const ws of [...this.sockets]) ws.close();
+      this.broker.flush();
+      setImmediate(() => this.finish({ shard: this.task.shard }));
+    };
+    poll();
+  }
+
+  private closeListenSocket(): void {
+    if (this.listenSocket !== null) {
+      this.uws.us_listen_socket_close(this.listenSocket);
+      this.listenSocket = null;
+    }
+  }
+
+  /**
+   * A bug reached the top of this thread. Close everything this thread holds
+   * (uWS aborts the process if a thread exits with sockets open), then end
+   * the thread; the coordinator restarts the shard.
+   */
+  private die(err: Error): void {
+    if (this.dying) return;
+    this.dying = true;
+    this.stopping = true;
+    this.log.error({ err }, 'shard crashed; closing its sockets');
+    this.closeListenSocket();
+    for (const ws of [...this.sockets]) this.closeWith(ws, ws.getUserData(), 'internal');
+    setTimeout(() => {
+      for (const ws of [...this.sockets]) ws.close();
+      this.fail(err);
+      setTimeout(() => process.exit(1), 20);
+    }, 100);
+  }
+
+  private registerMetrics(): void {
+    const r = this.registry;
+    counterFrom(r, 'sluice_frames_in_total', 'Client frames received, accepted or not.', undefined, () => this.m.framesIn);
+    counterFrom(r, 'sluice_limit_rejections_total', 'Client frames rejected, by reason.', 'reason', () => this.m.rejections);
+    counterFrom(r, 'sluice_upgrades_total', 'WebSocket upgrades, by outcome.', 'outcome', () => this.m.upgrades);
+    counterFrom(r, 'sluice_clients_closed_total', 'Sockets the server closed, by reason.', 'reason', () => this.m.closes);
+    gaugeFrom(r, 'sluice_connected_sockets', 'Open WebSocket connections.', () => this.sockets.size);
+    registerEventLoopStall(r);
+  }
+}

@@ -1,0 +1,407 @@
+// Every environment variable the gateway reads, in one schema: its type,
+// default, unit, range and doc side by side. loadConfig checks all of them
+// once at start and reports every problem in one error; renderConfigDoc
+// generates docs/configuration.md from the same schema so the two never drift.
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+export interface Config {
+  readonly port: number;
+  readonly host: string;
+  readonly adminPort: number;
+  readonly adminHost: string;
+  readonly workers: number;
+  readonly maxSockets: number;
+  readonly maxFrameBytes: number;
+  readonly hardMaxFrameBytes: number;
+  readonly maxMessages: number;
+  readonly rateWindowMs: number;
+  readonly maxJoins: number;
+  readonly maxStrikes: number;
+  readonly heartbeatMs: number;
+  readonly retryAfterMinMs: number;
+  readonly retryAfterMaxMs: number;
+  readonly historySize: number;
+  readonly historyTtlMs: number;
+  readonly idempotencyTtlMs: number;
+  readonly adminToken: string | undefined;
+  readonly logLevel: LogLevel;
+}
+
+/** What loadConfig needs to know about the machine; the caller reads it. */
+export interface ConfigHost {
+  readonly availableParallelism: number;
+}
+
+export const CONFIG_SECTIONS = [
+  'Listening and threads',
+  'Per-socket limits',
+  'History and idempotency',
+  'Admin and observability',
+] as const;
+export type ConfigSection = (typeof CONFIG_SECTIONS)[number];
+
+export type Parsed<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly accepts: string };
+
+export interface ValueType<T> {
+  /** What a valid value looks like ("an integer from 1 to 20 (ms)"), for errors and the doc. */
+  readonly accepts: string;
+  /** Parses a non-empty raw value; never trims it. */
+  parse(raw: string): Parsed<T>;
+}
+
+export interface ConfigVar<K extends keyof Config = keyof Config> {
+  readonly name: string;
+  readonly key: K;
+  readonly section: ConfigSection;
+  readonly type: ValueType<NonNullable<Config[K]>>;
+  readonly default: Config[K] | ((host: ConfigHost) => Config[K]);
+  /** How the doc shows the default, when the value itself would not say it. */
+  readonly defaultDoc?: string;
+  /** Never echoed: not in errors, not in redactedConfig. */
+  readonly secret?: boolean;
+  readonly doc: string;
+}
+
+export interface ConfigProblem {
+  readonly name: string;
+  readonly value: string;
+  readonly accepts: string;
+}
+
+export const REDACTED = '[redacted]';
+
+function int(min: number, max: number, unit?: string): ValueType<number> {
+  const accepts = `an integer from ${min} to ${max}${unit === undefined ? '' : ` (${unit})`}`;
+  return {
+    accepts,
+    parse(raw) {
+      // Digits only: Number() would also take "1e3", "0x10", " 8 " and "".
+      if (!/^[0-9]+$/.test(raw)) return { ok: false, accepts };
+      const n = Number(raw);
+      return n >= min && n <= max ? { ok: true, value: n } : { ok: false, accepts };
+    },
+  };
+}
+
+function hostname(): ValueType<string> {
+  const accepts = 'a host name or IP address';
+  return {
+    accepts,
+    parse: (raw) => (/^\S+$/.test(raw) ? { ok: true, value: raw } : { ok: false, accepts }),
+  };
+}
+
+function oneOf<const T extends string>(values: readonly T[]): ValueType<T> {
+  const accepts = `one of ${values.join(', ')}`;
+  return {
+    accepts,
+    parse: (raw) => (values.includes(raw as T) ? { ok: true, value: raw as T } : { ok: false, accepts }),
+  };
+}
+
+function secretToken(): ValueType<string> {
+  // The token travels in an HTTP header: anything outside visible ASCII
+  // would be mangled or refused on the way, and the token would never match.
+  const accepts = 'a token of visible ASCII characters';
+  return {
+    accepts,
+    parse: (raw) => (/^[\x21-\x7e]+$/.test(raw) ? { ok: true, value: raw } : { ok: false, accepts }),
+  };
+}
+
+// One function per entry keeps K, so the check below the schema can see every key.
+function v<K extends keyof Config>(spec: ConfigVar<K>): ConfigVar<K> {
+  return Object.freeze(spec);
+}
+
+const MAX_WORKERS = 256;
+const PORT_RANGE = 'TCP port; 0 picks a free port';
+
+const schema = [
+  // Listening and threads
+  v({
+    name: 'PORT', key: 'port', section: 'Listening and threads',
+    type: int(0, 65535, PORT_RANGE), default: 8080,
+    doc: 'Public WebSocket and health port.',
+  }),
+  v({
+    name: 'HOST', key: 'host', section: 'Listening and threads',
+    type: hostname(), default: '0.0.0.0',
+    doc: 'Address the public port binds.',
+  }),
+  v({
+    name: 'ADMIN_PORT', key: 'adminPort', section: 'Listening and threads',
+    type: int(0, 65535, PORT_RANGE), default: 9090,
+    doc: 'Admin HTTP port: metrics, publish API, drain.',
+  }),
+  v({
+    name: 'ADMIN_HOST', key: 'adminHost', section: 'Listening and threads',
+    type: hostname(), default: '0.0.0.0',
+    doc: 'Address the admin port binds.',
+  }),
+  v({
+    name: 'WS_WORKERS', key: 'workers', section: 'Listening and threads',
+    type: int(1, MAX_WORKERS, 'threads'),
+    // Clamped so that a machine with more cores still gets a default inside the range.
+    default: (host) => Math.min(MAX_WORKERS, Math.max(1, Math.floor(host.availableParallelism))),
+    defaultDoc: 'available parallelism',
+    doc: `Shard threads. The default is capped at ${MAX_WORKERS}.`,
+  }),
+  v({
+    name: 'WS_MAX_SOCKETS', key: 'maxSockets', section: 'Listening and threads',
+    type: int(0, 10_000_000, 'sockets; 0 means no limit'), default: 0,
+    doc: 'Node-wide socket cap; at the cap upgrades get 503 and readiness fails.',
+  }),
+
+  // Per-socket limits
+  v({
+    name: 'WS_MAX_FRAME_BYTES', key: 'maxFrameBytes', section: 'Per-socket limits',
+    type: int(64, 67_108_864, 'bytes'), default: 131_072,
+    doc: 'Soft frame cap: a larger frame gets the reply `payload_too_large`.',
+  }),
+  v({
+    name: 'WS_HARD_MAX_FRAME_BYTES', key: 'hardMaxFrameBytes', section: 'Per-socket limits',
+    type: int(64, 67_108_864, 'bytes'), default: 1_048_576,
+    doc: 'Hard frame cap: a larger frame closes the socket with 1009.',
+  }),
+  v({
+    name: 'WS_MAX_MESSAGES', key: 'maxMessages', section: 'Per-socket limits',
+    type: int(1, 1_000_000, 'frames per window'), default: 20,
+    doc: 'Frames a socket may send per `WS_RATE_WINDOW_MS`; above it frames get the reply `rate_limited`.',
+  }),
+  v({
+    name: 'WS_RATE_WINDOW_MS', key: 'rateWindowMs', section: 'Per-socket limits',
+    type: int(1, 3_600_000, 'ms'), default: 1000,
+    doc: 'Fixed window for `WS_MAX_MESSAGES`; every frame counts, pings too.',
+  }),
+  v({
+    name: 'WS_MAX_JOINS', key: 'maxJoins', section: 'Per-socket limits',
+    type: int(1, 100_000, 'topics per socket'), default: 50,
+    doc: 'Topics a socket may join at once; above it joins get the reply `too_many_joins`.',
+  }),
+  v({
+    name: 'WS_MAX_STRIKES', key: 'maxStrikes', section: 'Per-socket limits',
+    type: int(1, 1_000_000, 'rejected frames in a row'), default: 50,
+    doc: 'Rejected frames in a row before the socket is closed with 1008 `abusive`.',
+  }),
+  v({
+    name: 'WS_HEARTBEAT_MS', key: 'heartbeatMs', section: 'Per-socket limits',
+    type: int(1000, 600_000, 'ms'), default: 25_000,
+    doc: 'Advertised in `welcome`; the server closes a socket that sends nothing (no frame, no pong) for two heartbeats.',
+  }),
+  v({
+    name: 'WS_RETRY_AFTER_MIN_MS', key: 'retryAfterMinMs', section: 'Per-socket limits',
+    type: int(0, 3_600_000, 'ms'), default: 1000,
+    doc: 'Lower end of the jitter range for `retryAfterMs` in closes and 503s.',
+  }),
+  v({
+    name: 'WS_RETRY_AFTER_MAX_MS', key: 'retryAfterMaxMs', section: 'Per-socket limits',
+    type: int(0, 3_600_000, 'ms'), default: 6000,
+    doc: 'Upper end of the jitter range for `retryAfterMs` in closes and 503s.',
+  }),
+
+  // History and idempotency
+  v({
+    name: 'WS_HISTORY_SIZE', key: 'historySize', section: 'History and idempotency',
+    type: int(0, 10_000_000, 'events per topic; 0 disables history'), default: 1000,
+    doc: 'Events kept per topic for resume with `since`.',
+  }),
+  v({
+    name: 'WS_HISTORY_TTL_MS', key: 'historyTtlMs', section: 'History and idempotency',
+    type: int(1000, 604_800_000, 'ms'), default: 600_000,
+    doc: 'How long an event stays in history.',
+  }),
+  v({
+    name: 'WS_IDEMPOTENCY_TTL_MS', key: 'idempotencyTtlMs', section: 'History and idempotency',
+    type: int(1000, 86_400_000, 'ms'), default: 300_000,
+    doc: 'How long a publish idempotency key is remembered.',
+  }),
+
+  // Admin and observability
+  v({
+    name: 'ADMIN_TOKEN', key: 'adminToken', section: 'Admin and observability',
+    type: secretToken(), default: undefined, defaultDoc: 'unset', secret: true,
+    doc: 'When set, `POST /v1/publish` and `POST /admin/drain` require `Authorization: Bearer <token>`; when unset they are open to anyone who reaches the admin port.',
+  }),
+  v({
+    name: 'LOG_LEVEL', key: 'logLevel', section: 'Admin and observability',
+    type: oneOf(LOG_LEVELS), default: 'info',
+    doc: 'Least severe level written to the log; `silent` writes nothing.',
+  }),
+];
+
+// Compile-time guard: a Config field with no schema entry makes this a type error naming the field.
+type Unschemed = Exclude<keyof Config, (typeof schema)[number]['key']>;
+const _everyFieldHasAVariable: [Unschemed] extends [never] ? true : Unschemed = true;
+
+export const configSchema: readonly ConfigVar[] = Object.freeze(schema);
+
+const byName = new Map<string, ConfigVar>(configSchema.map((spec) => [spec.name, spec]));
+
+/** Pairs that must satisfy low <= high once each parses on its own. */
+const ORDERED_PAIRS: readonly { readonly low: string; readonly high: string }[] = [
+  { low: 'WS_MAX_FRAME_BYTES', high: 'WS_HARD_MAX_FRAME_BYTES' },
+  { low: 'WS_RETRY_AFTER_MIN_MS', high: 'WS_RETRY_AFTER_MAX_MS' },
+];
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+  readonly problems: readonly ConfigProblem[];
+
+  constructor(problems: readonly ConfigProblem[]) {
+    const count = `${problems.length} problem${problems.length === 1 ? '' : 's'}`;
+    const lines = problems.map((p) => `  ${p.name}=${JSON.stringify(p.value)}: expected ${p.accepts}`);
+    super(`Invalid configuration (${count}):\n${lines.join('\n')}`);
+    this.problems = Object.freeze(problems.map((p) => Object.freeze({ ...p })));
+  }
+}
+
+function parseValue(spec: ConfigVar, raw: string): Parsed<unknown> {
+  // Trimming would hide a stray quote or newline from the deploy file; refuse instead, and say why.
+  if (raw.trim() !== raw) {
+    return { ok: false, accepts: `${spec.type.accepts}, without leading or trailing whitespace` };
+  }
+  return spec.type.parse(raw);
+}
+
+/**
+ * Reads every variable of the schema from env once. An unset or empty
+ * variable takes its default. Throws one ConfigError listing every bad
+ * value; otherwise returns a frozen Config and warnings for unknown WS_*
+ * variables.
+ */
+export function loadConfig(
+  env: Readonly<Record<string, string | undefined>>,
+  host: ConfigHost,
+): { config: Config; warnings: string[] } {
+  const problems: ConfigProblem[] = [];
+  const values: Record<string, unknown> = {};
+  const invalid = new Set<string>();
+
+  for (const spec of configSchema) {
+    const raw = env[spec.name];
+    if (raw === undefined || raw === '') {
+      values[spec.key] = typeof spec.default === 'function' ? spec.default(host) : spec.default;
+      continue;
+    }
+    const parsed = parseValue(spec, raw);
+    if (parsed.ok) {
+      values[spec.key] = parsed.value;
+    } else {
+      invalid.add(spec.name);
+      problems.push({ name: spec.name, value: spec.secret ? REDACTED : raw, accepts: parsed.accepts });
+    }
+  }
+
+  for (const { low, high } of ORDERED_PAIRS) {
+    if (invalid.has(low) || invalid.has(high)) continue;
+    const lowSpec = byName.get(low)!;
+    const highSpec = byName.get(high)!;
+    const lowValue = values[lowSpec.key] as number;
+    const highValue = values[highSpec.key] as number;
+    if (lowValue <= highValue) continue;
+    // Blame the variable the operator set; if both are set, the upper bound.
+    const describe = (name: string, value: number) => `${name} (${value}${isSet(env, name) ? '' : ', its default'})`;
+    if (isSet(env, high) || !isSet(env, low)) {
+      problems.push({ name: high, value: env[high] ?? String(highValue), accepts: `at least ${describe(low, lowValue)}` });
+    } else {
+      problems.push({ name: low, value: env[low] ?? String(lowValue), accepts: `at most ${describe(high, highValue)}` });
+    }
+  }
+
+  if (problems.length > 0) throw new ConfigError(problems);
+
+  const warnings: string[] = [];
+  for (const name of Object.keys(env).sort()) {
+    if (!name.startsWith('WS_') || byName.has(name)) continue;
+    const near = closestName(name);
+    warnings.push(`unknown variable ${name}${near === undefined ? '' : `, did you mean ${near}?`}`);
+  }
+
+  // Config holds only primitives, so freezing the object freezes it deeply.
+  return { config: Object.freeze(values) as unknown as Config, warnings };
+}
+
+function isSet(env: Readonly<Record<string, string | undefined>>, name: string): boolean {
+  const raw = env[name];
+  return raw !== undefined && raw !== '';
+}
+
+function closestName(name: string): string | undefined {
+  // Typos are a letter or three; a larger allowance would suggest unrelated names.
+  const allowance = Math.min(3, Math.floor(name.length / 3));
+  let best: string | undefined;
+  let bestDistance = allowance + 1;
+  for (const candidate of byName.keys()) {
+    const d = editDistance(name, candidate);
+    if (d < bestDistance) {
+      best = candidate;
+      bestDistance = d;
+    }
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const substitution = prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1);
+      row.push(Math.min(prev[j]! + 1, row[j - 1]! + 1, substitution));
+    }
+    prev = row;
+  }
+  return prev[b.length]!;
+}
+
+export type RedactedConfig = { -readonly [K in keyof Config]: Config[K] | typeof REDACTED };
+
+/** A plain copy of config for logging, with every set secret replaced by "[redacted]". */
+export function redactedConfig(config: Config): RedactedConfig {
+  const copy: RedactedConfig = { ...config };
+  for (const spec of configSchema) {
+    if (spec.secret && copy[spec.key] !== undefined) copy[spec.key] = REDACTED;
+  }
+  return copy;
+}
+
+/** Markdown for docs/configuration.md. */
+export function renderConfigDoc(): string {
+  const lines = [
+    '# Configuration',
+    '',
+    'This file is generated from `packages/core/src/config.ts` by `pnpm docs:config`; do not edit it by hand.',
+    '',
+    'The gateway reads every variable below once, at start. An unset or empty variable takes its default. ' +
+      'Integers are decimal digits only (no sign, exponent, separator or unit) and must lie in the stated range; ' +
+      'a value with leading or trailing whitespace is rejected, not trimmed. ' +
+      'A bad value stops the start with one message that lists every problem: the variable, its value and what it accepts. ' +
+      'An unknown `WS_*` variable is logged as a warning, with the closest known name when there is one.',
+  ];
+  for (const section of CONFIG_SECTIONS) {
+    lines.push('', `## ${section}`, '', '| Variable | Default | Unit/accepted values | Description |', '|---|---|---|---|');
+    for (const spec of configSchema.filter((s) => s.section === section)) {
+      const description = spec.doc + orderNote(spec.name) + (spec.secret ? ' Secret: shown as `[redacted]` in logs and errors.' : '');
+      const cells = [`\`${spec.name}\``, defaultCell(spec), spec.type.accepts.replace(/^an? /, ''), description];
+      lines.push(`| ${cells.map((c) => c.replaceAll('|', '\\|')).join(' | ')} |`);
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+function defaultCell(spec: ConfigVar): string {
+  if (spec.defaultDoc !== undefined) return spec.defaultDoc;
+  return typeof spec.default === 'function' ? 'computed at start' : `\`${String(spec.default)}\``;
+}
+
+function orderNote(name: string): string {
+  const notes: string[] = [];
+  for (const { low, high } of ORDERED_PAIRS) {
+    if (name === low) notes.push(` Must be at most \`${high}\`.`);
+    if (name === high) notes.push(` Must be at least \`${low}\`.`);
+  }
+  return notes.join('');
+}

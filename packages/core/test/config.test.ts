@@ -1,0 +1,269 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { ConfigError, configSchema, loadConfig, redactedConfig, renderConfigDoc } from '../src/config.ts';
+import type { Config, ConfigProblem } from '../src/config.ts';
+
+const host = { availableParallelism: 8 };
+
+function problemsOf(env: Record<string, string | undefined>): readonly ConfigProblem[] {
+  try {
+    loadConfig(env, host);
+  } catch (err) {
+    assert.ok(err instanceof ConfigError, `expected a ConfigError, got ${String(err)}`);
+    return err.problems;
+  }
+  return [];
+}
+
+function errorOf(env: Record<string, string | undefined>): ConfigError {
+  try {
+    loadConfig(env, host);
+  } catch (err) {
+    assert.ok(err instanceof ConfigError);
+    return err;
+  }
+  assert.fail(`expected loadConfig to throw for ${JSON.stringify(env)}`);
+}
+
+// The variable ordered against each one, so a value at the edge of its own
+// range is tested without tripping the cross-field rule.
+const ORDER_PARTNER: Record<string, string> = {
+  WS_MAX_FRAME_BYTES: 'WS_HARD_MAX_FRAME_BYTES',
+  WS_HARD_MAX_FRAME_BYTES: 'WS_MAX_FRAME_BYTES',
+  WS_RETRY_AFTER_MIN_MS: 'WS_RETRY_AFTER_MAX_MS',
+  WS_RETRY_AFTER_MAX_MS: 'WS_RETRY_AFTER_MIN_MS',
+};
+
+function intRange(name: string): { min: number; max: number } | undefined {
+  const spec = configSchema.find((s) => s.name === name)!;
+  const m = /^an integer from (\d+) to (\d+)/.exec(spec.type.accepts);
+  return m ? { min: Number(m[1]), max: Number(m[2]) } : undefined;
+}
+
+test('an empty env gives the documented defaults and no warnings', () => {
+  const { config, warnings } = loadConfig({}, host);
+  const expected: Config = {
+    port: 8080,
+    host: '0.0.0.0',
+    adminPort: 9090,
+    adminHost: '0.0.0.0',
+    workers: 8,
+    maxSockets: 0,
+    maxFrameBytes: 131072,
+    hardMaxFrameBytes: 1048576,
+    maxMessages: 20,
+    rateWindowMs: 1000,
+    maxJoins: 50,
+    maxStrikes: 50,
+    heartbeatMs: 25000,
+    retryAfterMinMs: 1000,
+    retryAfterMaxMs: 6000,
+    historySize: 1000,
+    historyTtlMs: 600000,
+    idempotencyTtlMs: 300000,
+    adminToken: undefined,
+    logLevel: 'info',
+  };
+  assert.deepEqual({ ...config }, expected);
+  assert.deepEqual(warnings, []);
+});
+
+test('WS_WORKERS defaults to available parallelism, kept inside 1..256', () => {
+  assert.equal(loadConfig({}, { availableParallelism: 3 }).config.workers, 3);
+  assert.equal(loadConfig({}, { availableParallelism: 1024 }).config.workers, 256);
+  assert.equal(loadConfig({}, { availableParallelism: 0 }).config.workers, 1);
+  assert.equal(loadConfig({ WS_WORKERS: '2' }, { availableParallelism: 64 }).config.workers, 2);
+});
+
+test('valid values of every type are parsed', () => {
+  const { config } = loadConfig(
+    { PORT: '0', HOST: '::1', ADMIN_TOKEN: 's3cr3t-Token_.~', LOG_LEVEL: 'debug', WS_MAX_MESSAGES: '0100' },
+    host,
+  );
+  assert.equal(config.port, 0);
+  assert.equal(config.host, '::1');
+  assert.equal(config.adminToken, 's3cr3t-Token_.~');
+  assert.equal(config.logLevel, 'debug');
+  assert.equal(config.maxMessages, 100);
+});
+
+test('an empty string counts as unset and takes the default', () => {
+  const env = Object.fromEntries(configSchema.map((s) => [s.name, '']));
+  assert.deepEqual(loadConfig(env, host), loadConfig({}, host));
+});
+
+test('each variable reports a bad value with its name, its value and what it accepts', () => {
+  for (const spec of configSchema) {
+    // "bad value" breaks every type: not digits, has whitespace inside, not a log level.
+    const message = errorOf({ [spec.name]: 'bad value' }).message;
+    const problems = problemsOf({ [spec.name]: 'bad value' });
+    assert.equal(problems.length, 1, spec.name);
+    const [problem] = problems;
+    assert.equal(problem!.name, spec.name);
+    assert.equal(problem!.accepts, spec.type.accepts);
+    assert.equal(problem!.value, spec.secret ? '[redacted]' : 'bad value');
+    assert.ok(message.includes(`${spec.name}="${problem!.value}": expected ${spec.type.accepts}`), message);
+  }
+});
+
+test('the message matches the documented shape', () => {
+  const err = errorOf({ WS_MAX_MESSAGES: 'abc', PORT: '70000' });
+  assert.equal(
+    err.message,
+    'Invalid configuration (2 problems):\n' +
+      '  PORT="70000": expected an integer from 0 to 65535 (TCP port; 0 picks a free port)\n' +
+      '  WS_MAX_MESSAGES="abc": expected an integer from 1 to 1000000 (frames per window)',
+  );
+  assert.equal(err.name, 'ConfigError');
+  assert.ok(err instanceof Error);
+  assert.match(errorOf({ PORT: 'x' }).message, /^Invalid configuration \(1 problem\):\n/);
+});
+
+test('every bad value appears in one error', () => {
+  const env = {
+    PORT: '-1',
+    HOST: 'two words',
+    WS_WORKERS: '0',
+    WS_HEARTBEAT_MS: '999',
+    LOG_LEVEL: 'verbose',
+    ADMIN_TOKEN: 'has space',
+    WS_HISTORY_TTL_MS: '1e6',
+  };
+  const err = errorOf(env);
+  assert.deepEqual(err.problems.map((p) => p.name).sort(), Object.keys(env).sort());
+  for (const name of Object.keys(env)) assert.ok(err.message.includes(`${name}=`), name);
+  assert.match(err.message, /^Invalid configuration \(7 problems\):/);
+});
+
+test('integers are decimal digits only', () => {
+  for (const raw of ['+5', '-5', '5.0', '1e3', '0x10', '5_000', '5ms', 'Infinity', 'NaN', '٥']) {
+    const problems = problemsOf({ WS_MAX_MESSAGES: raw });
+    assert.equal(problems.length, 1, raw);
+    assert.equal(problems[0]!.value, raw);
+  }
+  // Beyond Number.MAX_SAFE_INTEGER, still out of range rather than rounded into it.
+  assert.equal(problemsOf({ PORT: '99999999999999999999999' }).length, 1);
+});
+
+test('leading or trailing whitespace is refused, and the message says so', () => {
+  for (const [name, raw] of [['PORT', ' 8080'], ['PORT', '8080\n'], ['LOG_LEVEL', 'info '], ['HOST', '\tlocalhost']]) {
+    const problems = problemsOf({ [name!]: raw });
+    assert.equal(problems.length, 1, `${name}=${JSON.stringify(raw)}`);
+    assert.match(problems[0]!.accepts, /without leading or trailing whitespace$/);
+  }
+  assert.ok(errorOf({ PORT: '8080\n' }).message.includes('PORT="8080\\n"'), 'control characters are escaped');
+});
+
+test('integer ranges: min and max are accepted, one past either is refused', () => {
+  for (const spec of configSchema) {
+    const range = intRange(spec.name);
+    if (range === undefined) continue;
+    const partner = ORDER_PARTNER[spec.name];
+    for (const edge of [range.min, range.max]) {
+      const env: Record<string, string> = { [spec.name]: String(edge) };
+      if (partner !== undefined) env[partner] = String(edge);
+      const { config } = loadConfig(env, host);
+      assert.equal(config[spec.key], edge, `${spec.name}=${edge}`);
+    }
+    const outside = range.min > 0 ? [range.min - 1, range.max + 1] : [range.max + 1];
+    for (const value of outside) {
+      const problems = problemsOf({ [spec.name]: String(value) });
+      assert.deepEqual(
+        problems.map((p) => p.name),
+        [spec.name],
+        `${spec.name}=${value}`,
+      );
+    }
+  }
+});
+
+test('WS_HARD_MAX_FRAME_BYTES must be at least WS_MAX_FRAME_BYTES', () => {
+  assert.deepEqual(problemsOf({ WS_MAX_FRAME_BYTES: '4096', WS_HARD_MAX_FRAME_BYTES: '4096' }), []);
+  assert.deepEqual(problemsOf({ WS_MAX_FRAME_BYTES: '4096', WS_HARD_MAX_FRAME_BYTES: '4095' }), [
+    { name: 'WS_HARD_MAX_FRAME_BYTES', value: '4095', accepts: 'at least WS_MAX_FRAME_BYTES (4096)' },
+  ]);
+  // Only the soft cap set, above the default hard cap: blame what the operator set.
+  assert.deepEqual(problemsOf({ WS_MAX_FRAME_BYTES: '2000000' }), [
+    { name: 'WS_MAX_FRAME_BYTES', value: '2000000', accepts: 'at most WS_HARD_MAX_FRAME_BYTES (1048576, its default)' },
+  ]);
+  assert.deepEqual(problemsOf({ WS_HARD_MAX_FRAME_BYTES: '1000' }), [
+    { name: 'WS_HARD_MAX_FRAME_BYTES', value: '1000', accepts: 'at least WS_MAX_FRAME_BYTES (131072, its default)' },
+  ]);
+});
+
+test('WS_RETRY_AFTER_MIN_MS must be at most WS_RETRY_AFTER_MAX_MS', () => {
+  assert.deepEqual(problemsOf({ WS_RETRY_AFTER_MIN_MS: '0', WS_RETRY_AFTER_MAX_MS: '0' }), []);
+  assert.deepEqual(problemsOf({ WS_RETRY_AFTER_MIN_MS: '5000', WS_RETRY_AFTER_MAX_MS: '4000' }), [
+    { name: 'WS_RETRY_AFTER_MAX_MS', value: '4000', accepts: 'at least WS_RETRY_AFTER_MIN_MS (5000)' },
+  ]);
+  assert.deepEqual(problemsOf({ WS_RETRY_AFTER_MIN_MS: '7000' }), [
+    { name: 'WS_RETRY_AFTER_MIN_MS', value: '7000', accepts: 'at most WS_RETRY_AFTER_MAX_MS (6000, its default)' },
+  ]);
+});
+
+test('a cross-field rule is skipped when one side is already invalid, and joins other problems', () => {
+  assert.deepEqual(problemsOf({ WS_MAX_FRAME_BYTES: 'big', WS_HARD_MAX_FRAME_BYTES: '100' }).map((p) => p.name), [
+    'WS_MAX_FRAME_BYTES',
+  ]);
+  assert.deepEqual(problemsOf({ PORT: 'x', WS_RETRY_AFTER_MIN_MS: '9000' }).map((p) => p.name), [
+    'PORT',
+    'WS_RETRY_AFTER_MIN_MS',
+  ]);
+});
+
+test('an unknown WS_ variable is a warning, with a suggestion when one is close', () => {
+  const { warnings } = loadConfig(
+    { WS_MAX_MESAGES: '10', WS_HISTORY_TTL: '1000', WS_SOMETHING_ELSE: '1', PATH: '/bin', PORTT: '1' },
+    host,
+  );
+  assert.deepEqual(warnings, [
+    'unknown variable WS_HISTORY_TTL, did you mean WS_HISTORY_TTL_MS?',
+    'unknown variable WS_MAX_MESAGES, did you mean WS_MAX_MESSAGES?',
+    'unknown variable WS_SOMETHING_ELSE',
+  ]);
+});
+
+test('the config is frozen', () => {
+  const { config } = loadConfig({}, host);
+  assert.ok(Object.isFrozen(config));
+  assert.throws(() => {
+    (config as { port: number }).port = 1;
+  }, TypeError);
+  assert.ok(Object.isFrozen(configSchema));
+});
+
+test('redactedConfig hides secrets and keeps everything else', () => {
+  const { config } = loadConfig({ ADMIN_TOKEN: 'hunter2', PORT: '1234' }, host);
+  const redacted = redactedConfig(config);
+  assert.equal(redacted.adminToken, '[redacted]');
+  assert.equal(redacted.port, 1234);
+  assert.ok(!JSON.stringify(redacted).includes('hunter2'));
+  assert.equal(config.adminToken, 'hunter2', 'the config itself is untouched');
+  assert.equal(redactedConfig(loadConfig({}, host).config).adminToken, undefined, 'an unset secret stays visibly unset');
+});
+
+test('a bad secret is never echoed in the error', () => {
+  const err = errorOf({ ADMIN_TOKEN: 'hunter2 ' });
+  assert.ok(!err.message.includes('hunter2'), err.message);
+  assert.ok(!JSON.stringify(err.problems).includes('hunter2'));
+});
+
+test('schema names and keys are unique, and every variable is documented', () => {
+  assert.equal(new Set(configSchema.map((s) => s.name)).size, configSchema.length);
+  assert.equal(new Set(configSchema.map((s) => s.key)).size, configSchema.length);
+  assert.deepEqual(Object.keys(loadConfig({}, host).config).sort(), configSchema.map((s) => s.key).sort());
+  const doc = renderConfigDoc();
+  for (const spec of configSchema) assert.ok(doc.includes(`| \`${spec.name}\` |`), spec.name);
+});
+
+test('docs/configuration.md is generated from the schema', () => {
+  const path = new URL('../../../docs/configuration.md', import.meta.url);
+  let onDisk: string;
+  try {
+    onDisk = readFileSync(path, 'utf8');
+  } catch {
+    assert.fail('docs/configuration.md is missing: run pnpm docs:config');
+  }
+  assert.ok(onDisk === renderConfigDoc(), 'docs/configuration.md is stale: run pnpm docs:config');
+});

@@ -1,0 +1,191 @@
+import { type ClientFrame, EventClass, EVENT_ID_PATTERN, type Limits, MAX_IDEMPOTENCY_KEY_LENGTH,
+  MAX_KEY_LENGTH, MAX_REF_LENGTH, TOPIC_PATTERN, TRACEPARENT_PATTERN } from './frames.ts';
+import type { ErrorReason } from './reasons.ts';
+
+export type DecodeResult =
+  | { readonly ok: true; readonly frame: ClientFrame }
+  | {
+      readonly ok: false;
+      /** The frame's `ref` when it had a usable one: the answer is then a `reply`, else an `error`. */
+      readonly ref: string | undefined;
+      readonly reason: 'bad_request';
+      /** A human-readable hint for the client's developer; never contains the frame's data. */
+      readonly message: string;
+    };
+
+const bad = (ref: string | undefined, message: string): DecodeResult => ({ ok: false, ref, reason: 'bad_request', message });
+
+/**
+ * Decodes one client text frame. Never throws: every malformed input becomes
+ * a `bad_request` with a message saying what was wrong. Unknown fields are
+ * ignored so that clients can be newer than the server.
+ */
+export function decodeClientFrame(text: string): DecodeResult {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return bad(undefined, 'frame is not valid JSON');
+  }
+  return decodeFrameObject(raw);
+}
+
+/** Validates an already parsed frame (the admin publish API parses its body itself). */
+export function decodeFrameObject(raw: unknown): DecodeResult {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    return bad(undefined, 'frame must be a JSON object');
+  }
+  const f = raw as Record<string, unknown>;
+  const ref = f.ref;
+  if (ref !== undefined && (typeof ref !== 'string' || ref.length > MAX_REF_LENGTH)) {
+    return bad(undefined, `ref must be a string of at most ${MAX_REF_LENGTH} characters`);
+  }
+  switch (f.type) {
+    case 'ping':
+      return { ok: true, frame: { type: 'ping', ref } };
+    case 'join': {
+      const topic = f.topic;
+      if (!isTopic(topic)) return bad(ref, topicMessage);
+      const since = f.since;
+      if (since !== undefined && (typeof since !== 'string' || !EVENT_ID_PATTERN.test(since))) {
+        return bad(ref, 'since must be an event id such as "1732900000000-0"');
+      }
+      return { ok: true, frame: { type: 'join', ref, topic, since } };
+    }
+    case 'leave': {
+      const topic = f.topic;
+      if (!isTopic(topic)) return bad(ref, topicMessage);
+      return { ok: true, frame: { type: 'leave', ref, topic } };
+    }
+    case 'publish':
+      return decodePublish(f, ref);
+    case undefined:
+      return bad(ref, 'frame needs a type');
+    default:
+      return bad(ref, 'unknown type: expected join, leave, publish or ping');
+  }
+}
+
+const topicMessage = 'topic must match ^[A-Za-z0-9:_.\\-]{1,200}$';
+
+function isTopic(topic: unknown): topic is string {
+  return typeof topic === 'string' && TOPIC_PATTERN.test(topic);
+}
+
+function decodePublish(f: Record<string, unknown>, ref: string | undefined): DecodeResult {
+  const topic = f.topic;
+  if (!isTopic(topic)) return bad(ref, topicMessage);
+  if (!('data' in f) || f.data === undefined) return bad(ref, 'publish needs data (any JSON value)');
+  const { key, ephemeral, idempotencyKey, traceparent } = f;
+  if (key !== undefined && (typeof key !== 'string' || key.length === 0 || key.length > MAX_KEY_LENGTH)) {
+    return bad(ref, `key must be a non-empty string of at most ${MAX_KEY_LENGTH} characters`);
+  }
+  if (ephemeral !== undefined && typeof ephemeral !== 'boolean') return bad(ref, 'ephemeral must be a boolean');
+  if (key !== undefined && ephemeral === true) return bad(ref, 'a publish is keyed or ephemeral, not both');
+  const cls = key !== undefined ? EventClass.Keyed : ephemeral === true ? EventClass.Ephemeral : EventClass.Durable;
+  if (idempotencyKey !== undefined) {
+    if (typeof idempotencyKey !== 'string' || idempotencyKey.length === 0 || idempotencyKey.length > MAX_IDEMPOTENCY_KEY_LENGTH) {
+      return bad(ref, `idempotencyKey must be a non-empty string of at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`);
+    }
+    if (cls !== EventClass.Durable) return bad(ref, 'idempotencyKey applies to durable publishes only');
+  }
+  if (traceparent !== undefined && (typeof traceparent !== 'string' || !TRACEPARENT_PATTERN.test(traceparent))) {
+    return bad(ref, 'traceparent must be a W3C Trace Context traceparent');
+  }
+  return {
+    ok: true,
+    frame: {
+      type: 'publish',
+      ref,
+      topic,
+      dataJson: JSON.stringify(f.data),
+      cls,
+      key: key as string | undefined,
+      idempotencyKey: idempotencyKey as string | undefined,
+      traceparent: traceparent as string | undefined,
+    },
+  };
+}
+
+const PEEK_REF = /^\s*\{\s*(?:"type"\s*:\s*"[A-Za-z.]{1,16}"\s*,\s*)?"ref"\s*:\s*"([^"\\]{0,64})"/;
+/** How much of a frame `peekRef` looks at. */
+export const PEEK_REF_BYTES = 160;
+
+/**
+ * Finds a frame's `ref` without decoding the frame, for answers given before
+ * decoding (`rate_limited`, `payload_too_large`). It finds `ref` only when it
+ * comes first, or right after `type`, as the SDK writes frames; otherwise the
+ * answer is an `error` without ref. `head` is the frame's first bytes as latin1.
+ */
+export function peekRef(head: string): string | undefined {
+  return PEEK_REF.exec(head)?.[1];
+}
+
+// Encoders. `ref` strings are escaped with JSON.stringify: a ref may hold any character.
+
+const refPart = (ref: string | undefined): string => (ref === undefined ? '' : `,"ref":${JSON.stringify(ref)}`);
+
+export function encodeReplyOk(ref: string | undefined, dataJson?: string): string {
+  return dataJson === undefined
+    ? `{"type":"reply"${refPart(ref)},"status":"ok"}`
+    : `{"type":"reply"${refPart(ref)},"status":"ok","data":${dataJson}}`;
+}
+
+export function encodeReplyError(ref: string | undefined, reason: ErrorReason, retryAfterMs?: number, message?: string): string {
+  let s = `{"type":"reply"${refPart(ref)},"status":"error","reason":"${reason}"`;
+  if (retryAfterMs !== undefined) s += `,"retryAfterMs":${Math.max(0, Math.ceil(retryAfterMs))}`;
+  if (message !== undefined) s += `,"message":${JSON.stringify(message)}`;
+  return s + '}';
+}
+
+/** An `error` frame: the answer to a frame that had no usable `ref`. */
+export function encodeError(reason: ErrorReason, retryAfterMs?: number, message?: string): string {
+  let s = `{"type":"error","reason":"${reason}"`;
+  if (retryAfterMs !== undefined) s += `,"retryAfterMs":${Math.max(0, Math.ceil(retryAfterMs))}`;
+  if (message !== undefined) s += `,"message":${JSON.stringify(message)}`;
+  return s + '}';
+}
+
+/** A rejection: a `reply` when the frame had a ref, an `error` otherwise. */
+export function encodeRejection(ref: string | undefined, reason: ErrorReason, retryAfterMs?: number, message?: string): string {
+  return ref === undefined ? encodeError(reason, retryAfterMs, message) : encodeReplyError(ref, reason, retryAfterMs, message);
+}
+
+export function encodePong(ref: string | undefined): string {
+  return `{"type":"pong"${refPart(ref)}}`;
+}
+
+export interface EventFields {
+  /** The client-visible topic (already validated against TOPIC_PATTERN). */
+  readonly topic: string;
+  readonly id: string | undefined;
+  readonly key: string | undefined;
+  readonly dataJson: string;
+  readonly traceparent: string | undefined;
+}
+
+/** The `event` frame, serialized once per event and shared by every subscriber. */
+export function encodeEvent(e: EventFields): string {
+  let s = `{"type":"event","topic":"${e.topic}"`;
+  if (e.id !== undefined) s += `,"id":"${e.id}"`;
+  if (e.key !== undefined) s += `,"key":${JSON.stringify(e.key)}`;
+  if (e.traceparent !== undefined) s += `,"traceparent":"${e.traceparent}"`;
+  return s + `,"data":${e.dataJson}}`;
+}
+
+/** The `welcome` frame without its connection id: build once, then `welcomeFrame(prefix, id)`. */
+export function welcomePrefix(heartbeatMs: number, limits: Limits): string {
+  const l = `{"maxFrameBytes":${limits.maxFrameBytes},"hardMaxFrameBytes":${limits.hardMaxFrameBytes},` +
+    `"maxMessages":${limits.maxMessages},"rateWindowMs":${limits.rateWindowMs},"maxJoins":${limits.maxJoins}}`;
+  return `","heartbeatMs":${heartbeatMs},"limits":${l}}`;
+}
+
+export function welcomeFrame(prefix: string, connectionId: string): string {
+  return `{"type":"welcome","connectionId":"${connectionId}${prefix}`;
+}
+
+/** Parses `<ms>-<seq>`; undefined when malformed. */
+export function parseEventId(id: string): { ms: number; seq: number } | undefined {
+  const m = EVENT_ID_PATTERN.exec(id);
+  return m ? { ms: Number(m[1]), seq: Number(m[2]) } : undefined;
+}

@@ -1,0 +1,64 @@
+/** Frame shapes of protocol v1, as decoded (client to server) or encoded (server to client). */
+
+export const PROTOCOL_VERSION = 'sluice.v1';
+
+/** Topic names the client sees. Inside the gateway topics are namespaced per tenant. */
+export const TOPIC_PATTERN = /^[A-Za-z0-9:_.-]{1,200}$/;
+export const MAX_REF_LENGTH = 64;
+export const MAX_IDEMPOTENCY_KEY_LENGTH = 128;
+export const MAX_KEY_LENGTH = 200;
+/** Stream ids: `<ms>-<seq>`, as Redis streams write them. */
+export const EVENT_ID_PATTERN = /^(\d{1,15})-(\d{1,15})$/;
+/** W3C Trace Context `traceparent`, version 00 and future versions alike. */
+export const TRACEPARENT_PATTERN = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+
+/** How a published event travels. Chosen by the publisher. */
+export const EventClass = {
+  /** Stored in history, given an id, never dropped silently. */
+  Durable: 0,
+  /** Only the newest per (topic, key) matters; superseded ones may be dropped. */
+  Keyed: 1,
+  /** Not stored, no id, the first thing dropped for a congested subscriber. */
+  Ephemeral: 2,
+} as const;
+export type EventClass = (typeof EventClass)[keyof typeof EventClass];
+
+export interface JoinFrame {
+  readonly type: 'join';
+  readonly ref: string | undefined;
+  readonly topic: string;
+  readonly since: string | undefined;
+}
+
+export interface LeaveFrame {
+  readonly type: 'leave';
+  readonly ref: string | undefined;
+  readonly topic: string;
+}
+
+export interface PublishFrame {
+  readonly type: 'publish';
+  readonly ref: string | undefined;
+  readonly topic: string;
+  /** `data` re-serialized once, ready to splice into the event frame. */
+  readonly dataJson: string;
+  readonly cls: EventClass;
+  readonly key: string | undefined;
+  readonly idempotencyKey: string | undefined;
+  readonly traceparent: string | undefined;
+}
+
+export interface PingFrame {
+  readonly type: 'ping';
+  readonly ref: string | undefined;
+}
+
+export type ClientFrame = JoinFrame | LeaveFrame | PublishFrame | PingFrame;
+
+export interface Limits {
+  readonly maxFrameBytes: number;
+  readonly hardMaxFrameBytes: number;
+  readonly maxMessages: number;
+  readonly rateWindowMs: number;
+  readonly maxJoins: number;
+}

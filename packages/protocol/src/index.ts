@@ -1,0 +1,4 @@
+export * from './closes.ts';
+export * from './reasons.ts';
+export * from './frames.ts';
+export * from './codec.ts';

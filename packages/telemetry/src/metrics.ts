@@ -1,0 +1,76 @@
+import { AggregatorRegistry, Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
+
+export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
+
+/**
+ * A counter whose value lives in a plain number the hot path bumps (no
+ * prom-client call per frame); prom-client reads it at scrape time.
+ */
+export function counterFrom<L extends string>(
+  registry: Registry,
+  name: string,
+  help: string,
+  labelName: string | undefined,
+  read: () => Readonly<Record<L, number>> | number,
+): void {
+  const reported = new Map<string, number>();
+  new Counter({
+    name,
+    help,
+    labelNames: labelName === undefined ? [] : [labelName],
+    registers: [registry],
+    collect() {
+      const v = read();
+      if (typeof v === 'number') {
+        const d = v - (reported.get('') ?? 0);
+        if (d > 0) this.inc(d);
+        else if (!reported.has('')) this.inc(0);
+        reported.set('', v);
+        return;
+      }
+      for (const [label, value] of Object.entries(v) as [string, number][]) {
+        const d = value - (reported.get(label) ?? 0);
+        this.inc({ [labelName!]: label }, d > 0 ? d : 0);
+        reported.set(label, value);
+      }
+    },
+  });
+}
+
+export function gaugeFrom(registry: Registry, name: string, help: string, read: () => number, aggregator: 'sum' | 'max' = 'sum'): void {
+  new Gauge({
+    name,
+    help,
+    registers: [registry],
+    aggregator,
+    collect() {
+      this.set(read());
+    },
+  });
+}
+
+/**
+ * The longest event-loop stall this thread has seen since start, in seconds,
+ * aggregated across threads with `max`.
+ */
+export function registerEventLoopStall(registry: Registry): IntervalHistogram {
+  const h = monitorEventLoopDelay({ resolution: 10 });
+  h.enable();
+  gaugeFrom(registry, 'sluice_eventloop_stall_max_seconds',
+    'Longest event-loop delay seen by any thread of the node since start (max over threads).',
+    () => h.max / 1e9, 'max');
+  return h;
+}
+
+export function registerProcessMetrics(registry: Registry): void {
+  collectDefaultMetrics({ register: registry });
+}
+
+/** Merges the JSON of every thread's registry into one Prometheus text. */
+export async function aggregateMetrics(perThread: MetricsJson[]): Promise<{ text: string; contentType: string }> {
+  const merged = AggregatorRegistry.aggregate(perThread);
+  return { text: await merged.metrics(), contentType: merged.contentType };
+}
+
+export { Registry };

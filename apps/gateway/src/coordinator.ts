@@ -14,6 +14,7 @@ import { aggregateMetrics, counterFrom, gaugeFrom, type Logger, type MetricsJson
 import { createAdminServer } from './admin.ts';
 import { EmbeddedHub } from './embedded-hub.ts';
 import { Batcher, type ToCoordinator, type ToShard } from './messages.ts';
+import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { Flag, SharedState } from './shared-state.ts';
 import type { ShardExit, ShardTask } from './shard.ts';
 
@@ -21,6 +22,8 @@ const SHARD_FILE = new URL('./shard.ts', import.meta.url);
 /** How long a shard may take to close its sockets on stop before it is cut off. */
 const STOP_TIMEOUT_MS = 10_000;
 const RESTART_DELAY_MS = 250;
+/** uWS cuts a socket that never answers a close frame after at most 16 s (its ping timeout). */
+const CLOSE_GRACE_MS = 18_000;
 
 class ShardLink {
   readonly out: Batcher<ToShard>;
@@ -114,10 +117,29 @@ export class Coordinator {
     const all = Promise.allSettled(this.tasks.values());
     const timedOut = await Promise.race([all.then(() => false), delay(STOP_TIMEOUT_MS).then(() => true)]);
     if (timedOut) this.log.warn('shards did not stop in time');
+    await this.waitForClosedSockets();
     await new Promise<void>((resolve) => (this.admin ? this.admin.close(() => resolve()) : resolve()));
     this.admin?.closeAllConnections();
     await this.pool?.destroy();
     this.log.info({ durationMs: Date.now() - started, sockets }, 'stopped');
+  }
+
+  /**
+   * Waits until the kernel holds no connection accepted on the public port:
+   * peers answer a close frame within a round trip, and uWS itself cuts a
+   * silent one after its close timeout (at most 16 s), so this is bounded.
+   */
+  private async waitForClosedSockets(): Promise<void> {
+    const deadline = Date.now() + CLOSE_GRACE_MS;
+    for (;;) {
+      const open = acceptedSocketsOnPort(this.publicPort);
+      if (open === undefined || open === 0) return;
+      if (Date.now() > deadline) {
+        this.log.warn({ open }, 'connections still closing at the deadline; stopping anyway');
+        return;
+      }
+      await delay(20);
+    }
   }
 
   private startShard(shard: number, listenPort: number): Promise<number> {

@@ -150,19 +150,12 @@ class Shard {
         message: (ws, message, isBinary) => this.message(ws, message, isBinary),
         close: (ws) => this.close(ws),
       })
-      .get('/health/live', (res) => {
-        res.cork(() => res.writeHeader('content-type', 'application/json').end('{"status":"live"}'));
-      })
+      .get('/health/live', (res) => httpJson(res, '200 OK', '{"status":"live"}'))
       .get('/health/ready', (res) => {
         const ready = this.shared.ready(cfg.workers, cfg.maxSockets);
-        res.cork(() => {
-          if (!ready) res.writeStatus('503 Service Unavailable');
-          res.writeHeader('content-type', 'application/json').end(ready ? '{"status":"ready"}' : '{"status":"unavailable"}');
-        });
+        httpJson(res, ready ? '200 OK' : '503 Service Unavailable', ready ? '{"status":"ready"}' : '{"status":"unavailable"}');
       })
-      .any('/*', (res) => {
-        res.cork(() => res.writeStatus('404 Not Found').writeHeader('content-type', 'application/json').end('{"reason":"not_found"}'));
-      });
+      .any('/*', (res) => httpJson(res, '404 Not Found', '{"reason":"not_found"}'));
   }
 
   // --- upgrade and lifecycle -------------------------------------------------
@@ -471,6 +464,8 @@ class Shard {
       // thread that exits with a socket open aborts the whole process.
       for (const ws of [...this.sockets]) ws.close();
       this.broker.flush();
+      // The coordinator waits for the kernel to drop the connections still
+      // closing before it ends this thread (see proc-sockets.ts).
       setImmediate(() => this.finish({ shard: this.task.shard }));
     };
     poll();
@@ -494,12 +489,15 @@ class Shard {
     this.stopping = true;
     this.log.error({ err }, 'shard crashed; closing its sockets');
     this.closeListenSocket();
-    for (const ws of [...this.sockets]) this.closeWith(ws, ws.getUserData(), 'internal');
-    setTimeout(() => {
-      for (const ws of [...this.sockets]) ws.close();
-      this.fail(err);
-      setTimeout(() => process.exit(1), 20);
-    }, 100);
+    // A hard close, not end(): end() leaves the TCP socket open until the
+    // peer answers, and this thread must hold no socket when it exits. The
+    // other shards keep running, so the node cannot wait for peers here.
+    for (const ws of [...this.sockets]) {
+      this.m.closes.internal!++;
+      ws.close();
+    }
+    this.fail(err);
+    setTimeout(() => process.exit(1), 20);
   }
 
   private registerMetrics(): void {
@@ -511,4 +509,15 @@ class Shard {
     gaugeFrom(r, 'sluice_connected_sockets', 'Open WebSocket connections.', () => this.sockets.size);
     registerEventLoopStall(r);
   }
+}
+
+/**
+ * Plain HTTP answers on the public port always close their connection: a
+ * keep-alive connection left open would be a socket this thread cannot close
+ * (uWS has no handle to it) when the shard stops or crashes.
+ */
+function httpJson(res: HttpResponse, status: string, body: string): void {
+  res.cork(() => {
+    res.writeStatus(status).writeHeader('content-type', 'application/json').end(body, true);
+  });
 }

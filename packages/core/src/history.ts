@@ -50,20 +50,28 @@ class TopicLog {
  * - ids strictly increase within a topic (`<ms>-<seq>`, see event-id.ts);
  * - a topic keeps at most `maxEvents` events, none older than `ttlMs`;
  * - `read` reports `recovered: false` whenever an event after `since` may
- *   have been trimmed, including when the whole topic expired.
+ *   have been trimmed, including when the whole topic expired; a log only
+ *   vouches for ids from (its creation - ttl) on, so a `since` older than
+ *   that answers false too;
+ * - a clock that steps back is treated as standing still.
  * Time is handed in by the caller; nothing here reads a clock.
  */
 export class MemoryHistory {
   private readonly topics = new Map<string, TopicLog>();
   private sweepCursor: Iterator<[string, TopicLog]> | undefined;
+  /** The latest time seen: a wall clock that steps back must not reorder ids or trim less. */
+  private highest = 0;
 
   constructor(
     private readonly maxEvents: number,
     private readonly ttlMs: number,
+    /** How long an emptied topic's last id is remembered after its TTL. */
+    private readonly tombstoneMs: number = Math.max(ttlMs, 3_600_000),
   ) {}
 
   /** Appends an event; `encode` builds its frame from the id it was given. */
-  append(topic: string, now: number, encode: (id: string) => string): string {
+  append(topic: string, clock: number, encode: (id: string) => string): string {
+    const now = this.monotonic(clock);
     let log = this.topics.get(topic);
     if (log === undefined) {
       log = new TopicLog(this.creationFloor(now));
@@ -83,7 +91,8 @@ export class MemoryHistory {
     return id;
   }
 
-  read(topic: string, since: EventId, now: number): HistoryRead {
+  read(topic: string, since: EventId, clock: number): HistoryRead {
+    const now = this.monotonic(clock);
     const log = this.topics.get(topic);
     if (log === undefined) {
       return { events: [], recovered: compareEventIds(since, this.creationFloor(now)) >= 0 };
@@ -110,7 +119,8 @@ export class MemoryHistory {
   }
 
   /** Trims expired events of up to `budget` topics and forgets topics with nothing left to protect. */
-  sweep(now: number, budget: number): void {
+  sweep(clock: number, budget: number): void {
+    const now = this.monotonic(clock);
     for (let n = 0; n < budget; n++) {
       this.sweepCursor ??= this.topics.entries();
       const step = this.sweepCursor.next();
@@ -120,10 +130,19 @@ export class MemoryHistory {
       }
       const [topic, log] = step.value;
       this.trimAge(log, now);
-      // A topic is forgotten only once its newest id is itself past the TTL:
-      // then the creation floor of a new log covers everything it held.
-      if (log.size === 0 && (log.last === undefined || log.last.ms < now - this.ttlMs)) this.topics.delete(topic);
+      // An emptied topic is kept as a tombstone (its last id and floor) for a
+      // while, so that clients whose `since` is its last id still recover
+      // after the events expired. Once forgotten, the creation floor of a new
+      // log covers everything it held, because its newest id is past the TTL.
+      if (log.size === 0 && (log.last === undefined || log.last.ms < now - this.ttlMs - this.tombstoneMs)) {
+        this.topics.delete(topic);
+      }
     }
+  }
+
+  private monotonic(clock: number): number {
+    if (clock > this.highest) this.highest = clock;
+    return this.highest;
   }
 
   private trimAge(log: TopicLog, now: number): void {

@@ -59,5 +59,5 @@ export const MAX_CLOSE_REASON_BYTES = 123;
 export function encodeCloseReason(reason: CloseReason, retryAfterMs?: number): string {
   return retryAfterMs === undefined
     ? `{"reason":"${reason}"}`
-    : `{"reason":"${reason}","retryAfterMs":${Math.max(0, Math.round(retryAfterMs))}}`;
+    : `{"reason":"${reason}","retryAfterMs":${Number.isFinite(retryAfterMs) ? Math.max(0, Math.round(retryAfterMs)) : 0}}`;
 }

@@ -107,7 +107,9 @@ function decodePublish(f: Record<string, unknown>, ref: string | undefined): Dec
   };
 }
 
-const PEEK_REF = /^\s*\{\s*(?:"type"\s*:\s*"[A-Za-z.]{1,16}"\s*,\s*)?"ref"\s*:\s*"([^"\\]{0,64})"/;
+// Printable ASCII only: the head is read as latin1, so anything else would
+// come back as a different ref than the client sent.
+const PEEK_REF = /^\s*\{\s*(?:"type"\s*:\s*"[A-Za-z.]{1,16}"\s*,\s*)?"ref"\s*:\s*"([\x20\x21\x23-\x5b\x5d-\x7e]{0,64})"/;
 /** How much of a frame `peekRef` looks at. */
 export const PEEK_REF_BYTES = 160;
 
@@ -133,7 +135,7 @@ export function encodeReplyOk(ref: string | undefined, dataJson?: string): strin
 
 export function encodeReplyError(ref: string | undefined, reason: ErrorReason, retryAfterMs?: number, message?: string): string {
   let s = `{"type":"reply"${refPart(ref)},"status":"error","reason":"${reason}"`;
-  if (retryAfterMs !== undefined) s += `,"retryAfterMs":${Math.max(0, Math.ceil(retryAfterMs))}`;
+  if (retryAfterMs !== undefined) s += `,"retryAfterMs":${finiteMs(retryAfterMs)}`;
   if (message !== undefined) s += `,"message":${JSON.stringify(message)}`;
   return s + '}';
 }
@@ -141,7 +143,7 @@ export function encodeReplyError(ref: string | undefined, reason: ErrorReason, r
 /** An `error` frame: the answer to a frame that had no usable `ref`. */
 export function encodeError(reason: ErrorReason, retryAfterMs?: number, message?: string): string {
   let s = `{"type":"error","reason":"${reason}"`;
-  if (retryAfterMs !== undefined) s += `,"retryAfterMs":${Math.max(0, Math.ceil(retryAfterMs))}`;
+  if (retryAfterMs !== undefined) s += `,"retryAfterMs":${finiteMs(retryAfterMs)}`;
   if (message !== undefined) s += `,"message":${JSON.stringify(message)}`;
   return s + '}';
 }
@@ -188,4 +190,9 @@ export function welcomeFrame(prefix: string, connectionId: string): string {
 export function parseEventId(id: string): { ms: number; seq: number } | undefined {
   const m = EVENT_ID_PATTERN.exec(id);
   return m ? { ms: Number(m[1]), seq: Number(m[2]) } : undefined;
+}
+
+/** A retry hint as a JSON number: never NaN or Infinity, never negative. */
+export function finiteMs(ms: number): number {
+  return Number.isFinite(ms) ? Math.max(0, Math.ceil(ms)) : 0;
 }

@@ -9,8 +9,12 @@ export const MAX_IDEMPOTENCY_KEY_LENGTH = 128;
 export const MAX_KEY_LENGTH = 200;
 /** Stream ids: `<ms>-<seq>`, as Redis streams write them. */
 export const EVENT_ID_PATTERN = /^(\d{1,15})-(\d{1,15})$/;
-/** W3C Trace Context `traceparent`, version 00 and future versions alike. */
-export const TRACEPARENT_PATTERN = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+/**
+ * W3C Trace Context `traceparent`: version 00 exactly; a later version may
+ * append fields, which are ignored. Version ff and all-zero ids are invalid.
+ */
+export const TRACEPARENT_PATTERN =
+  /^(?:00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}|(?!ff|00)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}(?:-[\x21-\x7e]*)?)$/;
 
 /** How a published event travels. Chosen by the publisher. */
 export const EventClass = {

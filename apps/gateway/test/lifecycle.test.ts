@@ -1,0 +1,148 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { request } from 'node:http';
+import { Client, clientsOnShards, eventually, metricValue, runUntilExit, startGateway } from './harness.ts';
+
+describe('start', () => {
+  test('a bad environment stops the start with one message naming every bad variable', async () => {
+    const r = await runUntilExit({ PORT: 'eighty', WS_MAX_MESSAGES: '0', LOG_LEVEL: 'loud' });
+    assert.notEqual(r.code, 0);
+    for (const name of ['PORT="eighty"', 'WS_MAX_MESSAGES="0"', 'LOG_LEVEL="loud"']) assert.ok(r.stderr.includes(name), r.stderr);
+    assert.equal(r.stderr.match(/Invalid configuration/g)?.length, 1);
+  });
+
+  test('refuses to run on the JavaScript fallback of uWebSockets.js', async () => {
+    const r = await runUntilExit({ UWS_USE_FALLBACK: '1' });
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr, /native binary/);
+  });
+
+  test('an unknown WS_ variable is warned about with a suggestion, and the gateway starts', async () => {
+    const gw = await startGateway({ WS_MAX_MESAGES: '5' });
+    assert.ok(gw.logs.some((l) => l.level === 'warn' && String(l.msg).includes('WS_MAX_MESSAGES')));
+    assert.equal(await gw.stop(), 0);
+  });
+});
+
+describe('stop', () => {
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    test(`${signal} closes every socket with 1012 and a retry hint in range, and exits 0`, async () => {
+      const gw = await startGateway({ WS_RETRY_AFTER_MIN_MS: '2000', WS_RETRY_AFTER_MAX_MS: '3000' });
+      const clients = await clientsOnShards(gw.url(), [0, 1]);
+      await clients[0]!.request({ type: 'join', topic: 'stop:t' });
+      const code = await gw.stop(signal);
+      assert.equal(code, 0, gw.stderr());
+      for (const c of clients) {
+        const closed = await c.closedBy();
+        assert.equal(closed.code, 1012);
+        const reason = JSON.parse(closed.reason) as { reason: string; retryAfterMs: number };
+        assert.equal(reason.reason, 'unavailable');
+        assert.ok(reason.retryAfterMs >= 2000 && reason.retryAfterMs <= 3000, String(reason.retryAfterMs));
+      }
+      assert.doesNotMatch(gw.stderr(), /Assertion failed|uv loop|Aborted|Segmentation/);
+    });
+  }
+});
+
+describe('shard crash', () => {
+  test('a crashed shard is logged and restarted; the other shard keeps its sockets', async () => {
+    const gw = await startGateway({ SLUICE_TEST_HOOKS: '1', WS_MAX_MESSAGES: '1000' });
+    const [a, b] = await clientsOnShards(gw.url(), [0, 1]);
+    await b!.request({ type: 'join', topic: 'crash:t' });
+    a!.send({ type: 'debug.crash' });
+    const closed = await a!.closedBy();
+    assert.notEqual(closed.code, 1000);
+    await eventually(() => gw.logs.some((l) => l.msg === 'shard restarted'));
+    assert.ok(gw.logs.some((l) => l.level === 'error' && l.msg === 'shard crashed; restarting it' && l.shard === 0));
+    // b never noticed: same socket, still subscribed, served by a publish from the restarted shard.
+    const [a2] = await clientsOnShards(gw.url(), [0]);
+    assert.equal((a2!.welcome.connectionId as string).split('.')[2], '1', 'generation 1 of shard 0');
+    const ack = await a2!.request({ type: 'publish', topic: 'crash:t', data: 'after' });
+    assert.equal(ack.status, 'ok');
+    assert.equal((await b!.next((f) => f.type === 'event')).data, 'after');
+    assert.equal(await metricValue(gw, 'sluice_shard_restarts_total'), 1);
+    a2!.close();
+    b!.close();
+    assert.equal(await gw.stop(), 0, gw.stderr());
+  });
+});
+
+describe('HTTP', () => {
+  test('health on both ports; readiness and upgrades fail at WS_MAX_SOCKETS and come back below it', async () => {
+    const gw = await startGateway({ WS_MAX_SOCKETS: '2' });
+    const pub = `http://127.0.0.1:${gw.port}`;
+    for (const base of [pub, gw.admin('')]) {
+      assert.equal((await fetch(`${base}/health/live`)).status, 200);
+      assert.equal((await fetch(`${base}/health/ready`)).status, 200);
+    }
+    const c1 = await Client.connect(gw.url());
+    const c2 = await Client.connect(gw.url());
+    for (const base of [pub, gw.admin('')]) assert.equal((await fetch(`${base}/health/ready`)).status, 503);
+    const refused = await rawUpgrade(gw.port);
+    assert.equal(refused.status, 503);
+    assert.match(refused.headers['retry-after'] ?? '', /^\d+$/);
+    const body = JSON.parse(refused.body) as { reason: string; retryAfterMs: number };
+    assert.equal(body.reason, 'unavailable');
+    assert.ok(body.retryAfterMs >= 1000 && body.retryAfterMs <= 6000);
+    c1.close();
+    await eventually(async () => (await fetch(`${pub}/health/ready`)).status === 200);
+    assert.equal((await fetch(gw.admin('/health/ready'))).status, 200);
+    c2.close();
+    assert.equal(await gw.stop(), 0);
+  });
+
+  test('POST /v1/publish needs ADMIN_TOKEN when set, validates its body, and delivers', async () => {
+    const gw = await startGateway({ ADMIN_TOKEN: 's3cret-token' });
+    const sub = await Client.connect(gw.url());
+    await sub.request({ type: 'join', topic: 'admin:t' });
+    const post = (body: string, token?: string): Promise<Response> =>
+      fetch(gw.admin('/v1/publish'), { method: 'POST', body, headers: token ? { authorization: `Bearer ${token}` } : {} });
+    assert.equal((await post('{"topic":"admin:t","data":1}')).status, 401);
+    assert.equal((await post('{"topic":"admin:t","data":1}', 'wrong')).status, 401);
+    const bad = await post('{"topic":"no spaces","data":1}', 's3cret-token');
+    assert.equal(bad.status, 400);
+    assert.equal(((await bad.json()) as { reason: string }).reason, 'bad_request');
+    assert.equal((await post('not json', 's3cret-token')).status, 400);
+    const ok = await post('{"topic":"admin:t","data":{"n":1},"idempotencyKey":"srv-1"}', 's3cret-token');
+    assert.equal(ok.status, 200);
+    const { id } = (await ok.json()) as { id: string };
+    assert.deepEqual(await sub.next((f) => f.type === 'event'), { type: 'event', topic: 'admin:t', id, data: { n: 1 } });
+    const dup = await post('{"topic":"admin:t","data":{"n":1},"idempotencyKey":"srv-1"}', 's3cret-token');
+    assert.deepEqual(await dup.json(), { id, duplicate: true });
+    // The token never reaches the logs.
+    assert.ok(!JSON.stringify(gw.logs).includes('s3cret-token'));
+    sub.close();
+    assert.equal(await gw.stop(), 0);
+  });
+
+  test('/metrics aggregates every shard: connected sockets and frames in', async () => {
+    const gw = await startGateway();
+    const clients = await clientsOnShards(gw.url(), [0, 1]);
+    for (const c of clients) await c.request({ type: 'ping' });
+    assert.equal(await metricValue(gw, 'sluice_connected_sockets'), 2);
+    assert.ok((await metricValue(gw, 'sluice_frames_in_total')) >= 2);
+    const text = await (await fetch(gw.admin('/metrics'))).text();
+    assert.match(text, /# TYPE sluice_limit_rejections_total counter/);
+    assert.match(text, /process_resident_memory_bytes/);
+    for (const c of clients) c.close();
+    assert.equal(await gw.stop(), 0);
+  });
+});
+
+/** An upgrade request by hand (fetch refuses the upgrade header), answered with plain HTTP. */
+function rawUpgrade(port: number): Promise<{ status: number; headers: Record<string, string>; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({
+      host: '127.0.0.1', port, path: '/ws',
+      headers: { upgrade: 'websocket', connection: 'Upgrade', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'sec-websocket-version': '13' },
+    });
+    req.on('upgrade', () => reject(new Error('upgraded although refused')));
+    req.on('response', (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers as Record<string, string>, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}

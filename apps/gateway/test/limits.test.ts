@@ -63,7 +63,7 @@ describe('frame caps', () => {
     const ws = new WebSocket(gw.url());
     await new Promise((r) => ws.once('message', r));
     ws.send('x'.repeat(2 * 4096));
-    const [code] = (await new Promise((r) => ws.once('close', (...a) => r(a)))) as [number];
+    const [code] = (await new Promise<[number, Buffer]>((r) => ws.once('close', (...a) => r(a))));
     assert.equal(code, 1009);
   });
 });

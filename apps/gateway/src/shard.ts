@@ -144,7 +144,10 @@ class Shard {
         maxPayloadLength,
         idleTimeout,
         sendPingsAutomatically: true,
+        // The last guard until the slow lane exists: a socket with 1 MiB
+        // unsent is closed rather than silently skipped by app.publish.
         maxBackpressure: 1024 * 1024,
+        closeOnBackpressureLimit: 1, // a boolean that the typings of this build declare as a number
         upgrade: (res, req, context) => this.upgrade(res, req, context),
         open: (ws) => this.open(ws),
         message: (ws, message, isBinary) => this.message(ws, message, isBinary),

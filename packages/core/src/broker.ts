@@ -1,4 +1,4 @@
-import type { EventClass } from '@sluice/protocol';
+import type { EventClass, PublishFrame } from '@sluice/protocol';
 import type { HistoryRead } from './history.ts';
 
 /**
@@ -9,15 +9,10 @@ export function topicKey(tenant: string, topic: string): string {
   return `${tenant}/${topic}`;
 }
 
-export interface PublishRequest {
+/** A publish as the broker takes it: the decoded frame's fields, plus whose it is. */
+export interface PublishRequest
+  extends Pick<PublishFrame, 'topic' | 'dataJson' | 'cls' | 'key' | 'idempotencyKey' | 'traceparent'> {
   readonly tenant: string;
-  /** The client-visible topic name. */
-  readonly topic: string;
-  readonly dataJson: string;
-  readonly cls: EventClass;
-  readonly key: string | undefined;
-  readonly idempotencyKey: string | undefined;
-  readonly traceparent: string | undefined;
 }
 
 export type PublishResult =

@@ -32,7 +32,7 @@ export class EmbeddedHub {
     opts: { historySize: number; historyTtlMs: number; idempotencyTtlMs: number },
     private readonly now: () => number = Date.now,
   ) {
-    this.log = new MemoryHistory(opts.historySize, opts.historyTtlMs);
+    this.log = new MemoryHistory(opts.historySize, opts.historyTtlMs, undefined, now());
     this.idempotency = new MemoryIdempotency(opts.idempotencyTtlMs);
   }
 

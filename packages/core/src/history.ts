@@ -67,6 +67,11 @@ export class MemoryHistory {
     private readonly ttlMs: number,
     /** How long an emptied topic's last id is remembered after its TTL. */
     private readonly tombstoneMs: number = Math.max(ttlMs, 3_600_000),
+    /**
+     * When this history began. It vouches for nothing before: after a
+     * restart, a `since` from the previous life answers `recovered: false`.
+     */
+    private readonly startedAt: number = 0,
   ) {}
 
   /** Appends an event; `encode` builds its frame from the id it was given. */
@@ -156,6 +161,6 @@ export class MemoryHistory {
    * at or above (now - ttl) can have been lost before the log existed.
    */
   private creationFloor(now: number): EventId {
-    return { ms: now - this.ttlMs - 1, seq: Number.MAX_SAFE_INTEGER };
+    return { ms: Math.max(now - this.ttlMs, this.startedAt) - 1, seq: Number.MAX_SAFE_INTEGER };
   }
 }

@@ -367,3 +367,17 @@ describe('MemoryHistory: a clock that steps backwards', () => {
     ), { numRuns: 1000 });
   });
 });
+
+describe('MemoryHistory: a new life', () => {
+  test('a history started at T vouches for nothing before T: a since from a previous life is not recovered', () => {
+    const started = T0 + 50_000;
+    const h = new MemoryHistory(10, 60_000, undefined, started);
+    assert.deepEqual(h.read('t', { ms: T0 + 40_000, seq: 3 }, started + 10), { events: [], recovered: false });
+    const e = appendAt(h, 't', started + 20);
+    const r = h.read('t', { ms: T0 + 40_000, seq: 3 }, started + 30);
+    assert.deepEqual(ids(r), [e]);
+    assert.equal(r.recovered, false);
+    assert.equal(h.read('t', idOf(e), started + 30).recovered, true);
+    assert.equal(h.read('u', { ms: started, seq: 0 }, started + 30).recovered, true);
+  });
+});

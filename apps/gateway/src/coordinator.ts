@@ -13,7 +13,7 @@ import { aggregateMetrics, counterFrom, gaugeFrom, type Logger, type MetricsJson
   registerProcessMetrics, Registry } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
 import { EmbeddedHub } from './embedded-hub.ts';
-import { Batcher, type ToCoordinator, type ToShard } from './messages.ts';
+import { Batcher, decodeToCoordinator, encodeToShard, forEachMessage, type ToShard } from './messages.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { Flag, SharedState } from './shared-state.ts';
 import type { ShardExit, ShardTask } from './shard.ts';
@@ -30,7 +30,7 @@ class ShardLink {
   listening: ((port: number) => void) | undefined;
   readonly metricWaiters = new Map<number, (json: MetricsJson) => void>();
   constructor(readonly port: MessagePort) {
-    this.out = new Batcher((batch) => port.postMessage(batch));
+    this.out = new Batcher(encodeToShard, (batch) => port.postMessage(batch));
   }
   send(m: ToShard): void {
     this.out.push(m);
@@ -147,9 +147,7 @@ export class Coordinator {
     const link = new ShardLink(port1);
     this.links.set(shard, link);
     this.hub.attach(shard, link);
-    port1.on('message', (batch: ToCoordinator[]) => {
-      for (const m of batch) this.fromShard(shard, link, m);
-    });
+    port1.on('message', (batch: string) => forEachMessage(batch, decodeToCoordinator, (m) => this.fromShard(shard, link, m)));
     const generation = (this.generations[shard] = (this.generations[shard] ?? -1) + 1);
     const listening = new Promise<number>((resolve) => (link.listening = resolve));
     const task: ShardTask = {
@@ -200,7 +198,7 @@ export class Coordinator {
     }, RESTART_DELAY_MS);
   }
 
-  private fromShard(shard: number, link: ShardLink, m: ToCoordinator): void {
+  private fromShard(shard: number, link: ShardLink, m: ReturnType<typeof decodeToCoordinator>): void {
     switch (m.op) {
       case 'pub':
         link.send({ op: 'pubok', rid: m.rid, res: this.hub.publish(m.req) });

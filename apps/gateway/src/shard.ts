@@ -88,6 +88,8 @@ class Shard {
   private readonly recoveries = new Map<string, Set<Recovery>>();
   private readonly registry = new Registry();
   private readonly welcome: string;
+  private readonly replies = new Map<Socket, string[]>();
+  private repliesQueued = false;
   private listenSocket: us_listen_socket | null = null;
   private stopping = false;
   private dying = false;
@@ -307,9 +309,36 @@ class Shard {
         if (!res.ok) reply = encodeRejection(f.ref, res.reason);
         else if (res.id === undefined) reply = encodeReplyOk(f.ref);
         else reply = encodeReplyOk(f.ref, res.duplicate ? `{"id":"${res.id}","duplicate":true}` : `{"id":"${res.id}"}`);
-        ws.cork(() => ws.send(reply, false));
+        this.queueReply(ws, reply);
       });
   }
+
+  /**
+   * Acks of one broker batch go out together: one corked write per socket
+   * instead of one per ack. A corked send also drains what app.publish queued
+   * for that socket, so an event and its ack share the write. The flush runs
+   * as a microtask queued after the acks' own continuations.
+   */
+  private queueReply(ws: Socket, frame: string): void {
+    const list = this.replies.get(ws);
+    if (list === undefined) this.replies.set(ws, [frame]);
+    else list.push(frame);
+    if (!this.repliesQueued) {
+      this.repliesQueued = true;
+      queueMicrotask(this.flushReplies);
+    }
+  }
+
+  private readonly flushReplies = (): void => {
+    this.repliesQueued = false;
+    for (const [ws, frames] of this.replies) {
+      if (!ws.getUserData().open) continue;
+      ws.cork(() => {
+        for (const f of frames) ws.send(f, false);
+      });
+    }
+    this.replies.clear();
+  };
 
   private join(ws: Socket, d: SocketData, f: JoinFrame): void {
     if (d.topics?.has(f.topic) === true) {

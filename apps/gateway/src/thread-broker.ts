@@ -1,6 +1,6 @@
 import type { MessagePort } from 'node:worker_threads';
 import type { Broker, Delivery, HistoryRead, PublishRequest, PublishResult } from '@sluice/core';
-import { Batcher, type ToCoordinator, type ToShard } from './messages.ts';
+import { Batcher, decodeToShard, encodeToCoordinator, forEachMessage, type ToCoordinator, type ToShard } from './messages.ts';
 
 /**
  * The shard's side of the embedded broker: every call becomes a message to
@@ -19,10 +19,8 @@ export class ThreadBroker implements Broker {
     private readonly port: MessagePort,
     private readonly onControl: (m: ToShard) => void,
   ) {
-    this.out = new Batcher((batch) => port.postMessage(batch));
-    port.on('message', (batch: ToShard[]) => {
-      for (const m of batch) this.receive(m);
-    });
+    this.out = new Batcher(encodeToCoordinator, (batch) => port.postMessage(batch));
+    port.on('message', (batch: string) => forEachMessage(batch, decodeToShard, (m) => this.receive(m)));
   }
 
   publish(req: PublishRequest): Promise<PublishResult> {

@@ -66,6 +66,9 @@ export function decodeFrameObject(raw: unknown): DecodeResult {
   }
 }
 
+/** Keys travel between threads in a control-character-delimited format (see the gateway's messages.ts). */
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
 const topicMessage = 'topic must match ^[A-Za-z0-9:_.\\-]{1,200}$';
 
 function isTopic(topic: unknown): topic is string {
@@ -77,15 +80,16 @@ function decodePublish(f: Record<string, unknown>, ref: string | undefined): Dec
   if (!isTopic(topic)) return bad(ref, topicMessage);
   if (!('data' in f) || f.data === undefined) return bad(ref, 'publish needs data (any JSON value)');
   const { key, ephemeral, idempotencyKey, traceparent } = f;
-  if (key !== undefined && (typeof key !== 'string' || key.length === 0 || key.length > MAX_KEY_LENGTH)) {
-    return bad(ref, `key must be a non-empty string of at most ${MAX_KEY_LENGTH} characters`);
+  if (key !== undefined && (typeof key !== 'string' || key.length === 0 || key.length > MAX_KEY_LENGTH || CONTROL.test(key))) {
+    return bad(ref, `key must be a non-empty string of at most ${MAX_KEY_LENGTH} characters, without control characters`);
   }
   if (ephemeral !== undefined && typeof ephemeral !== 'boolean') return bad(ref, 'ephemeral must be a boolean');
   if (key !== undefined && ephemeral === true) return bad(ref, 'a publish is keyed or ephemeral, not both');
   const cls = key !== undefined ? EventClass.Keyed : ephemeral === true ? EventClass.Ephemeral : EventClass.Durable;
   if (idempotencyKey !== undefined) {
-    if (typeof idempotencyKey !== 'string' || idempotencyKey.length === 0 || idempotencyKey.length > MAX_IDEMPOTENCY_KEY_LENGTH) {
-      return bad(ref, `idempotencyKey must be a non-empty string of at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`);
+    if (typeof idempotencyKey !== 'string' || idempotencyKey.length === 0 ||
+        idempotencyKey.length > MAX_IDEMPOTENCY_KEY_LENGTH || CONTROL.test(idempotencyKey)) {
+      return bad(ref, `idempotencyKey must be a non-empty string of at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters, without control characters`);
     }
     if (cls !== EventClass.Durable) return bad(ref, 'idempotencyKey applies to durable publishes only');
   }

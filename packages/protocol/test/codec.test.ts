@@ -231,11 +231,15 @@ describe('decodeClientFrame: publish', () => {
     assert.equal(decodePublishOk({ data: 1, key: 'k'.repeat(200) }).key, 'k'.repeat(200));
   });
 
-  test('keys may hold any character', () => {
-    const key = 'a "quoted" \\ key / with ünïcödé 🚀 and \n newline';
+  test('keys may hold any printable character, control characters are refused', () => {
+    const key = 'a "quoted" \\ key / with ünïcödé 🚀 and spaces';
     const p = decodePublishOk({ data: 1, key });
     assert.equal(p.key, key);
     assert.equal(p.cls, EventClass.Keyed);
+    for (const bad of ['new\nline', 'tab\tbed', 'nul\u0000', 'us\u001f', 'del\u007f']) {
+      rejects({ type: 'publish', topic: 'a', data: 1, key: bad });
+      rejects({ type: 'publish', topic: 'a', data: 1, idempotencyKey: bad });
+    }
   });
 
   test('key and ephemeral together are rejected', () => {

@@ -1,19 +1,18 @@
 /**
- * The coordinator: the main thread. It parses nothing per frame; it owns the
- * shard pool, the shared flags, the embedded hub (history, idempotency,
- * routing across shards), the admin server and the process's signals.
+ * The coordinator: the main thread. It touches no frame and no event: it owns
+ * the shard pool and the mesh of ports between shards, the shared flags, the
+ * admin server and the process's signals.
  */
 import { MessageChannel, type MessagePort } from 'node:worker_threads';
 import type { Server } from 'node:http';
 import { type AddressInfo, createServer } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { Piscina } from 'piscina';
-import { type Config, type PublishRequest, type PublishResult, redactedConfig } from '@sluice/core';
+import { type Config, ownerOf, type PublishRequest, type PublishResult, redactedConfig, topicKey } from '@sluice/core';
 import { aggregateMetrics, counterFrom, gaugeFrom, type Logger, type MetricsJson, registerEventLoopStall,
   registerProcessMetrics, Registry } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
-import { EmbeddedHub } from './embedded-hub.ts';
-import { Batcher, decodeToCoordinator, encodeToShard, forEachMessage, type ToShard } from './messages.ts';
+import type { FromShardControl, ToShardControl } from './control.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { Flag, SharedState } from './shared-state.ts';
 import type { ShardExit, ShardTask } from './shard.ts';
@@ -26,14 +25,11 @@ const RESTART_DELAY_MS = 250;
 const CLOSE_GRACE_MS = 18_000;
 
 class ShardLink {
-  readonly out: Batcher<ToShard>;
   listening: ((port: number) => void) | undefined;
-  readonly metricWaiters = new Map<number, (json: MetricsJson) => void>();
-  constructor(readonly port: MessagePort) {
-    this.out = new Batcher(encodeToShard, (batch) => port.postMessage(batch));
-  }
-  send(m: ToShard): void {
-    this.out.push(m);
+  readonly waiters = new Map<number, (value: never) => void>();
+  constructor(readonly port: MessagePort) {}
+  send(m: ToShardControl, transfer: MessagePort[] = []): void {
+    this.port.postMessage(m, transfer);
   }
 }
 
@@ -44,7 +40,6 @@ export interface Started {
 
 export class Coordinator {
   private readonly shared = new SharedState();
-  private readonly hub: EmbeddedHub;
   private readonly links = new Map<number, ShardLink>();
   private readonly tasks = new Map<number, Promise<void>>();
   private readonly generations: number[] = [];
@@ -55,15 +50,13 @@ export class Coordinator {
   private publicPort = 0;
   private stopping: Promise<void> | undefined;
   private restarts = 0;
-  private metricsRid = 0;
-  private sweepTimer: NodeJS.Timeout | undefined;
+  private rid = 0;
 
   constructor(
     private readonly config: Config,
     private readonly log: Logger,
     private readonly opts: { testHooks: boolean },
   ) {
-    this.hub = new EmbeddedHub(config);
     this.registerMetrics();
   }
 
@@ -94,8 +87,6 @@ export class Coordinator {
       this.admin!.once('error', reject);
       this.admin!.listen(cfg.adminPort, cfg.adminHost, () => resolve((this.admin!.address() as AddressInfo).port));
     });
-    this.sweepTimer = setInterval(() => this.hub.sweep(), 1000);
-    this.sweepTimer.unref();
     this.shared.set(Flag.Listening);
     this.log.info({ port: this.publicPort, adminPort, workers: cfg.workers, mode: 'embedded' }, 'gateway ready');
     return { port: this.publicPort, adminPort };
@@ -112,7 +103,6 @@ export class Coordinator {
     const sockets = this.shared.totalSockets(this.config.workers);
     this.log.info({ reason, sockets }, 'stopping');
     this.shared.set(Flag.Draining);
-    if (this.sweepTimer !== undefined) clearInterval(this.sweepTimer);
     for (const link of this.links.values()) link.send({ op: 'stop' });
     const all = Promise.allSettled(this.tasks.values());
     const timedOut = await Promise.race([all.then(() => false), delay(STOP_TIMEOUT_MS).then(() => true)]);
@@ -146,17 +136,28 @@ export class Coordinator {
     const { port1, port2 } = new MessageChannel();
     const link = new ShardLink(port1);
     this.links.set(shard, link);
-    this.hub.attach(shard, link);
-    port1.on('message', (batch: string) => forEachMessage(batch, decodeToCoordinator, (m) => this.fromShard(shard, link, m)));
+    port1.on('message', (m: FromShardControl) => this.fromShard(link, m));
+    // A port to every other shard. Shards already running get their end now;
+    // at the first start every shard is started here, so each pair gets one
+    // channel, made by the lower-numbered shard's start.
+    const peers: { shard: number; port: MessagePort }[] = [];
+    for (let other = 0; other < this.config.workers; other++) {
+      if (other === shard) continue;
+      const running = this.links.get(other);
+      if (running === undefined) continue;
+      const ch = new MessageChannel();
+      peers.push({ shard: other, port: ch.port1 });
+      running.send({ op: 'peer', shard, port: ch.port2 }, [ch.port2]);
+    }
     const generation = (this.generations[shard] = (this.generations[shard] ?? -1) + 1);
     const listening = new Promise<number>((resolve) => (link.listening = resolve));
     const task: ShardTask = {
-      shard, generation, nodeId: this.nodeId, config: this.config, shared: this.shared.buffer, port: port2,
+      shard, generation, nodeId: this.nodeId, config: this.config, shared: this.shared.buffer, control: port2, peers,
       listenPort, testHooks: this.opts.testHooks,
     };
     let failedEarly: (err: unknown) => void = () => {};
     const early = new Promise<never>((_, reject) => (failedEarly = reject));
-    const run = this.pool!.run(task, { transferList: [port2] as never });
+    const run = this.pool!.run(task, { transferList: [port2, ...peers.map((p) => p.port)] as never });
     const done = run.then(
       () => {
         this.detach(shard, link);
@@ -174,7 +175,6 @@ export class Coordinator {
   private detach(shard: number, link: ShardLink): void {
     if (this.links.get(shard) !== link) return;
     this.links.delete(shard);
-    this.hub.detach(shard);
     this.shared.resetSockets(shard);
     link.port.close();
   }
@@ -198,50 +198,47 @@ export class Coordinator {
     }, RESTART_DELAY_MS);
   }
 
-  private fromShard(shard: number, link: ShardLink, m: ReturnType<typeof decodeToCoordinator>): void {
+  private fromShard(link: ShardLink, m: FromShardControl): void {
     switch (m.op) {
-      case 'pub':
-        link.send({ op: 'pubok', rid: m.rid, res: this.hub.publish(m.req) });
-        return;
-      case 'sub':
-        this.hub.subscribe(shard, m.topic);
-        link.send({ op: 'subok', rid: m.rid });
-        return;
-      case 'unsub':
-        this.hub.unsubscribe(shard, m.topic);
-        return;
-      case 'hist':
-        link.send({ op: 'hist', rid: m.rid, read: this.hub.history(m.topic, m.since) });
-        return;
       case 'listening':
         link.listening?.(m.port);
         return;
-      case 'metrics': {
-        const w = link.metricWaiters.get(m.rid);
-        link.metricWaiters.delete(m.rid);
-        w?.(m.json);
+      case 'metrics':
+      case 'published': {
+        const w = link.waiters.get(m.rid);
+        link.waiters.delete(m.rid);
+        w?.((m.op === 'metrics' ? m.json : m.res) as never);
         return;
       }
     }
   }
 
-  private async publish(req: PublishRequest): Promise<PublishResult> {
-    return this.hub.publish(req);
+  /** Asks a shard and waits for its answer, or for `fallback` after `ms`. */
+  private ask<T>(link: ShardLink, make: (rid: number) => ToShardControl, fallback: T, ms: number): Promise<T> {
+    const rid = ++this.rid;
+    return Promise.race([
+      new Promise<T>((resolve) => {
+        link.waiters.set(rid, resolve as (v: never) => void);
+        link.send(make(rid));
+      }),
+      delay(ms).then(() => {
+        link.waiters.delete(rid);
+        return fallback;
+      }),
+    ]);
+  }
+
+  /** An admin publish goes to the shard that owns the topic. */
+  private publish(req: PublishRequest): Promise<PublishResult> {
+    const link = this.links.get(ownerOf(topicKey(req.tenant, req.topic), this.config.workers));
+    if (link === undefined) return Promise.resolve({ ok: false, reason: 'unavailable' });
+    return this.ask<PublishResult>(link, (rid) => ({ op: 'publish', rid, req }), { ok: false, reason: 'unavailable' }, 5000);
   }
 
   private async metrics(): Promise<{ text: string; contentType: string }> {
     const own = await this.registry.getMetricsAsJSON();
     const perShard = await Promise.all(
-      [...this.links.values()].map((link) =>
-        Promise.race([
-          new Promise<MetricsJson>((resolve) => {
-            const rid = ++this.metricsRid;
-            link.metricWaiters.set(rid, resolve);
-            link.send({ op: 'metrics', rid });
-          }),
-          delay(2000).then(() => [] as MetricsJson),
-        ]),
-      ),
+      [...this.links.values()].map((link) => this.ask<MetricsJson>(link, (rid) => ({ op: 'metrics', rid }), [], 2000)),
     );
     return aggregateMetrics([own, ...perShard]);
   }
@@ -251,11 +248,6 @@ export class Coordinator {
     registerProcessMetrics(r);
     registerEventLoopStall(r);
     counterFrom(r, 'sluice_shard_restarts_total', 'Shard threads restarted after a crash.', undefined, () => this.restarts);
-    counterFrom(r, 'sluice_messages_published_total', 'Events accepted by the broker, by class.', 'class',
-      () => this.hub.stats.published);
-    counterFrom(r, 'sluice_publish_duplicates_total', 'Publishes answered from the idempotency table.', undefined,
-      () => this.hub.stats.duplicates);
-    gaugeFrom(r, 'sluice_history_topics', 'Topics with history held in memory.', () => this.hub.topicCount);
     gaugeFrom(r, 'sluice_ready', '1 while the node accepts new sockets, else 0.',
       () => (this.shared.ready(this.config.workers, this.config.maxSockets) ? 1 : 0), 'max');
   }

@@ -1,12 +1,12 @@
 import {
-  type Delivery, type HistoryRead, idempotencyScope, MemoryHistory, MemoryIdempotency, type PublishRequest,
+  type Delivery, type HistoryRead, idempotencyScope, MemoryHistory, MemoryIdempotency, type PublishFields,
   type PublishResult, topicKey,
 } from '@sluice/core';
-import { encodeEvent, EventClass, parseEventId } from '@sluice/protocol';
-import type { ToShard } from './messages.ts';
+import { encodeEventFrame, EventClass, parseEventId } from '@sluice/protocol';
 
+/** Where the hub sends the events of a shard's subscriptions. */
 export interface HubLink {
-  send(m: ToShard): void;
+  deliver(d: Delivery): void;
 }
 
 export interface HubStats {
@@ -15,11 +15,14 @@ export interface HubStats {
 }
 
 /**
- * The embedded (no Redis) broker of one node, living on the coordinator
- * thread. It is the node's sequencer: every publish of every shard passes
- * through it, so one topic has one order, and storing, deduplicating and
- * routing an event happen in one synchronous step. Shards subscribe per
- * topic; an event goes only to shards that have a subscriber.
+ * The embedded (no Redis) broker for the topics one shard owns (see
+ * `ownerOf`). The owner is the topic's sequencer: every publish to the topic,
+ * from any shard, passes through it, so a topic has one order, and storing,
+ * deduplicating and routing an event happen in one synchronous step. Shards
+ * subscribe per topic; an event goes only to shards that have a subscriber.
+ * Idempotency records are kept per (tenant, topic): a retry always goes to
+ * the topic it was meant for, and that scope is what lets a Redis Cluster
+ * keep the record in the stream's hash slot.
  */
 export class EmbeddedHub {
   private readonly log: MemoryHistory;
@@ -62,13 +65,13 @@ export class EmbeddedHub {
     if (set.size === 0) this.subscribers.delete(topic);
   }
 
-  publish(req: PublishRequest): PublishResult {
-    const key = topicKey(req.tenant, req.topic);
+  publish(tenant: string, req: PublishFields): PublishResult {
+    const key = topicKey(tenant, req.topic);
     const now = this.now();
     let id: string | undefined;
     let frame: string;
     if (req.cls === EventClass.Durable) {
-      const scope = req.idempotencyKey === undefined ? undefined : idempotencyScope(req.tenant, req.idempotencyKey);
+      const scope = req.idempotencyKey === undefined ? undefined : idempotencyScope(key, req.idempotencyKey);
       if (scope !== undefined) {
         const first = this.idempotency.get(scope, now);
         if (first !== undefined) {
@@ -76,20 +79,20 @@ export class EmbeddedHub {
           return { ok: true, id: first, duplicate: true };
         }
       }
-      let encoded = '';
-      id = this.log.append(key, now, (newId) => (encoded = encodeEvent({ ...req, id: newId })));
-      frame = encoded;
+      const stored = this.log.append(key, now, encodeEventFrame, req);
+      id = stored.id;
+      frame = stored.frame;
       if (scope !== undefined) this.idempotency.set(scope, id, now);
       this.stats.published.durable++;
     } else {
-      frame = encodeEvent({ ...req, id: undefined });
+      frame = encodeEventFrame(req, undefined);
       if (req.cls === EventClass.Keyed) this.stats.published.keyed++;
       else this.stats.published.ephemeral++;
     }
     const set = this.subscribers.get(key);
     if (set !== undefined) {
       const d: Delivery = { topic: key, frame, id, cls: req.cls, key: req.key };
-      for (const shard of set) this.links.get(shard)?.send({ op: 'ev', d });
+      for (const shard of set) this.links.get(shard)?.deliver(d);
     }
     return { ok: true, id, duplicate: false };
   }

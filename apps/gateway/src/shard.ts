@@ -14,9 +14,9 @@ import {
   PROTOCOL_VERSION, type PublishFrame, welcomeFrame, welcomePrefix,
 } from '@sluice/protocol';
 import { counterFrom, createLogger, gaugeFrom, type Logger, registerEventLoopStall, Registry } from '@sluice/telemetry';
-import type { ToShard } from './messages.ts';
+import type { FromShardControl, ToShardControl } from './control.ts';
+import { MeshBroker } from './mesh-broker.ts';
 import { Flag, SharedState } from './shared-state.ts';
-import { ThreadBroker } from './thread-broker.ts';
 import { loadNativeUws, type HttpRequest, type HttpResponse, type TemplatedApp, type us_listen_socket,
   type us_socket_context_t, type WebSocket } from './uws.ts';
 
@@ -27,7 +27,10 @@ export interface ShardTask {
   readonly nodeId: string;
   readonly config: Config;
   readonly shared: SharedArrayBuffer;
-  readonly port: MessagePort;
+  /** To and from the coordinator. */
+  readonly control: MessagePort;
+  /** One port to every other shard. */
+  readonly peers: readonly { readonly shard: number; readonly port: MessagePort }[];
   /** The concrete public port (the first shard may get 0 and report what it bound). */
   readonly listenPort: number;
   /** Enables the `debug.crash` frame that tests use to crash a shard on purpose. */
@@ -80,7 +83,7 @@ class Shard {
   private readonly uws = loadNativeUws();
   private readonly cfg: Config;
   private readonly shared: SharedState;
-  private readonly broker: ThreadBroker;
+  private readonly broker: MeshBroker;
   private readonly log: Logger;
   private readonly app: TemplatedApp;
   private readonly sockets = new Set<Socket>();
@@ -91,6 +94,7 @@ class Shard {
   private readonly replies = new Map<Socket, string[]>();
   private repliesQueued = false;
   private listenSocket: us_listen_socket | null = null;
+  private sweepTimer: NodeJS.Timeout | undefined;
   private stopping = false;
   private dying = false;
   private seq = 0;
@@ -108,8 +112,10 @@ class Shard {
     this.cfg = task.config;
     this.shared = new SharedState(task.shared);
     this.log = createLogger(this.cfg.logLevel, { shard: task.shard });
-    this.broker = new ThreadBroker(task.port, (m) => this.control(m));
+    this.broker = new MeshBroker(task.shard, this.cfg.workers, this.cfg, this.log);
+    for (const p of task.peers) this.broker.addPeer(p.shard, p.port);
     this.broker.onDelivery((d) => this.deliver(d));
+    task.control.on('message', (m: ToShardControl) => this.control(m));
     this.welcome = welcomePrefix(this.cfg.heartbeatMs, this.cfg);
     this.registerMetrics();
     this.app = this.buildApp();
@@ -127,8 +133,9 @@ class Shard {
           return;
         }
         this.listenSocket = ls;
-        const port = this.uws.us_socket_local_port(ls as never);
-        this.broker.send({ op: 'listening', port });
+        this.sweepTimer = setInterval(() => this.broker.hub.sweep(), 1000);
+        this.sweepTimer.unref();
+        this.tell({ op: 'listening', port: this.uws.us_socket_local_port(ls as never) });
       });
     });
   }
@@ -300,8 +307,7 @@ class Shard {
     d.strikes = 0;
     d.inflight++;
     this.broker
-      .publish({ tenant: d.tenant, topic: f.topic, dataJson: f.dataJson, cls: f.cls, key: f.key,
-        idempotencyKey: f.idempotencyKey, traceparent: f.traceparent })
+      .publish(d.tenant, f)
       .then((res) => {
         d.inflight--;
         if (!d.open) return;
@@ -468,19 +474,33 @@ class Shard {
 
   // --- control, stop, crash --------------------------------------------------
 
-  private control(m: ToShard): void {
-    if (m.op === 'stop') this.stop();
-    else if (m.op === 'metrics') {
-      void this.registry.getMetricsAsJSON().then((json) => {
-        this.broker.send({ op: 'metrics', rid: m.rid, json });
-      });
+  private control(m: ToShardControl): void {
+    switch (m.op) {
+      case 'stop':
+        this.stop();
+        return;
+      case 'metrics':
+        void this.registry.getMetricsAsJSON().then((json) => this.tell({ op: 'metrics', rid: m.rid, json }));
+        return;
+      case 'publish':
+        // The coordinator sends an admin publish to the topic's owner: this shard.
+        void this.broker.publish(m.req.tenant, m.req).then((res) => this.tell({ op: 'published', rid: m.rid, res }));
+        return;
+      case 'peer':
+        this.broker.addPeer(m.shard, m.port);
+        return;
     }
+  }
+
+  private tell(m: FromShardControl): void {
+    this.task.control.postMessage(m);
   }
 
   /** Closes the listen socket and every socket (1012 with a retry hint), then ends the task. */
   private stop(): void {
     if (this.stopping) return;
     this.stopping = true;
+    if (this.sweepTimer !== undefined) clearInterval(this.sweepTimer);
     this.closeListenSocket();
     const cfg = this.cfg;
     for (const ws of [...this.sockets]) {
@@ -539,6 +559,10 @@ class Shard {
     counterFrom(r, 'sluice_upgrades_total', 'WebSocket upgrades, by outcome.', 'outcome', () => this.m.upgrades);
     counterFrom(r, 'sluice_clients_closed_total', 'Sockets the server closed, by reason.', 'reason', () => this.m.closes);
     gaugeFrom(r, 'sluice_connected_sockets', 'Open WebSocket connections.', () => this.sockets.size);
+    const hub = this.broker.hub;
+    counterFrom(r, 'sluice_messages_published_total', 'Events accepted by the broker, by class.', 'class', () => hub.stats.published);
+    counterFrom(r, 'sluice_publish_duplicates_total', 'Publishes answered from the idempotency table.', undefined, () => hub.stats.duplicates);
+    gaugeFrom(r, 'sluice_history_topics', 'Topics with history held in memory.', () => hub.topicCount);
     registerEventLoopStall(r);
   }
 }

@@ -1,6 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
+import { ownerOf, topicKey } from '@sluice/core';
 import { Client, clientsOnShards, eventually, metricValue, runUntilExit, startGateway } from './harness.ts';
 
 describe('start', () => {
@@ -48,7 +49,12 @@ describe('shard crash', () => {
   test('a crashed shard is logged and restarted; the other shard keeps its sockets', async () => {
     const gw = await startGateway({ SLUICE_TEST_HOOKS: '1', WS_MAX_MESSAGES: '1000' });
     const [a, b] = await clientsOnShards(gw.url(), [0, 1]);
-    await b!.request({ type: 'join', topic: 'crash:t' });
+    // One topic owned by the shard that crashes, one by the shard that lives.
+    const owned = (shard: number): string => {
+      for (let i = 0; ; i++) if (ownerOf(topicKey('default', `crash:${i}`), 2) === shard) return `crash:${i}`;
+    };
+    const topics = [owned(0), owned(1)];
+    for (const t of topics) await b!.request({ type: 'join', topic: t });
     a!.send({ type: 'debug.crash' });
     const closed = await a!.closedBy();
     assert.notEqual(closed.code, 1000);
@@ -57,9 +63,15 @@ describe('shard crash', () => {
     // b never noticed: same socket, still subscribed, served by a publish from the restarted shard.
     const [a2] = await clientsOnShards(gw.url(), [0]);
     assert.equal((a2!.welcome.connectionId as string).split('.')[2], '1', 'generation 1 of shard 0');
-    const ack = await a2!.request({ type: 'publish', topic: 'crash:t', data: 'after' });
-    assert.equal(ack.status, 'ok');
-    assert.equal((await b!.next((f) => f.type === 'event')).data, 'after');
+    for (const t of topics) {
+      const ack = await a2!.request({ type: 'publish', topic: t, data: `after:${t}` });
+      assert.equal(ack.status, 'ok');
+      assert.equal((await b!.next((f) => f.type === 'event' && f.topic === t)).data, `after:${t}`);
+      // and the other way round: b publishes, a2 (restarted shard) receives
+      await a2!.request({ type: 'join', topic: t });
+      await b!.request({ type: 'publish', topic: t, data: `back:${t}` });
+      assert.equal((await a2!.next((f) => f.type === 'event' && f.topic === t)).data, `back:${t}`);
+    }
     assert.equal(await metricValue(gw, 'sluice_shard_restarts_total'), 1);
     a2!.close();
     b!.close();

@@ -9,9 +9,11 @@ export function topicKey(tenant: string, topic: string): string {
   return `${tenant}/${topic}`;
 }
 
-/** A publish as the broker takes it: the decoded frame's fields, plus whose it is. */
-export interface PublishRequest
-  extends Pick<PublishFrame, 'topic' | 'dataJson' | 'cls' | 'key' | 'idempotencyKey' | 'traceparent'> {
+/** What a publish carries, as decoded from the client's frame. */
+export type PublishFields = Pick<PublishFrame, 'topic' | 'dataJson' | 'cls' | 'key' | 'idempotencyKey' | 'traceparent'>;
+
+/** A publish with whose it is, as it travels between threads and from the admin API. */
+export interface PublishRequest extends PublishFields {
   readonly tenant: string;
 }
 
@@ -51,9 +53,23 @@ export interface Delivery {
  *   (subscribe, history); they never hang forever.
  */
 export interface Broker {
-  publish(req: PublishRequest): Promise<PublishResult>;
+  publish(tenant: string, fields: PublishFields): Promise<PublishResult>;
   subscribe(topic: string): Promise<void>;
   unsubscribe(topic: string): void;
   history(topic: string, since: string): Promise<HistoryRead>;
   onDelivery(handler: (d: Delivery) => void): void;
+}
+
+/**
+ * The shard that owns a topic key in embedded mode: it sequences the topic's
+ * events, keeps its history and idempotency records, and knows which shards
+ * subscribe. FNV-1a, so every thread computes the same owner without talking.
+ */
+export function ownerOf(key: string, shards: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) {
+    h ^= key.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return (h >>> 0) % shards;
 }

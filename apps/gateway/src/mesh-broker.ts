@@ -1,7 +1,9 @@
 import type { MessagePort } from 'node:worker_threads';
 import {
-  type Broker, type Config, type Delivery, type HistoryRead, ownerOf, type PublishFields, type PublishResult, topicKey,
+  type Broker, type Config, type Delivery, type HistoryRead, idempotencyScope, MemoryIdempotency, ownerOf, type PublishFields,
+  type PublishResult, topicKey,
 } from '@sluice/core';
+import { EventClass } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
 import { EmbeddedHub } from './embedded-hub.ts';
 import { Batcher, decodePeer, encodeDelivery, encodePeer, forEachMessage, type FromOwner, type PeerMessage, type ToOwner } from './messages.ts';
@@ -33,6 +35,10 @@ interface Pending {
  * (`ownerOf`); this shard's EmbeddedHub serves the topics it owns, and the
  * others are reached over a full mesh of MessagePorts. A publish to a topic
  * this shard owns is stored and fanned out without leaving the thread.
+ * An idempotency key is owned too (`ownerOf(tenant + key)`): a durable
+ * publish with a key goes to the key's owner first, which answers a repeat
+ * from its table (or joins it to the first publish still on its way) and
+ * otherwise passes the publish on to the topic's owner and records the id.
  * Keeps the guarantees stated on `Broker`. When a peer shard dies, requests
  * waiting on it resolve `unavailable` (publish) or reject (subscribe,
  * history); when it comes back, this shard subscribes again to its topics.
@@ -45,6 +51,10 @@ export class MeshBroker implements Broker {
   private readonly subscribed = new Set<string>();
   private rid = 0;
   private deliver: (d: Delivery) => void = () => {};
+  private readonly idempotency: MemoryIdempotency;
+  /** Keys whose first publish is on its way to the topic owner, with the repeats waiting on it. */
+  private readonly firstPublish = new Map<string, ((r: PublishResult) => void)[]>();
+  duplicates = 0;
 
   constructor(
     private readonly self: number,
@@ -53,6 +63,7 @@ export class MeshBroker implements Broker {
     private readonly log: Logger,
   ) {
     this.hub = new EmbeddedHub(config);
+    this.idempotency = new MemoryIdempotency(config.idempotencyTtlMs);
     // The local link: what the hub sends to this shard is handled at once.
     this.hub.attach(self, { deliver: (d) => this.deliver(d) });
   }
@@ -71,6 +82,45 @@ export class MeshBroker implements Broker {
   }
 
   publish(tenant: string, req: PublishFields): Promise<PublishResult> {
+    if (req.idempotencyKey !== undefined && req.cls === EventClass.Durable) {
+      const scope = idempotencyScope(tenant, req.idempotencyKey);
+      const keyOwner = ownerOf(scope, this.shards);
+      if (keyOwner === this.self) return this.publishOnce(scope, tenant, req);
+      return this.request<PublishResult>(keyOwner, UNAVAILABLE, (rid) => ({ op: 'once', rid, tenant, req }));
+    }
+    return this.publishToOwner(tenant, req);
+  }
+
+  /** Trims expired history and idempotency records. */
+  sweep(now: number): void {
+    this.hub.sweep();
+    this.idempotency.sweep(now);
+  }
+
+  /** At the key's owner: a repeat is answered with the first id; a first publish goes on to the topic's owner. */
+  private publishOnce(scope: string, tenant: string, req: PublishFields): Promise<PublishResult> {
+    const first = this.idempotency.get(scope, Date.now());
+    if (first !== undefined) {
+      this.duplicates++;
+      return Promise.resolve({ ok: true, id: first, duplicate: true });
+    }
+    const waiting = this.firstPublish.get(scope);
+    if (waiting !== undefined) {
+      this.duplicates++;
+      return new Promise((resolve) => waiting.push(resolve));
+    }
+    this.firstPublish.set(scope, []);
+    return this.publishToOwner(tenant, req).then((res) => {
+      const waiters = this.firstPublish.get(scope) ?? [];
+      this.firstPublish.delete(scope);
+      if (res.ok && res.id !== undefined) this.idempotency.set(scope, res.id, Date.now());
+      const repeat: PublishResult = res.ok ? { ok: true, id: res.id, duplicate: true } : res;
+      for (const w of waiters) w(repeat);
+      return res;
+    });
+  }
+
+  private publishToOwner(tenant: string, req: PublishFields): Promise<PublishResult> {
     const owner = ownerOf(topicKey(tenant, req.topic), this.shards);
     if (owner === this.self) return Promise.resolve(this.hub.publish(tenant, req));
     return this.request<PublishResult>(owner, UNAVAILABLE, (rid) => ({ op: 'pub', rid, tenant, req }));
@@ -149,6 +199,10 @@ export class MeshBroker implements Broker {
       case 'pub':
         // The hub sends the event to the subscribed shards first, the ack after it on the same port.
         link.send({ op: 'pubok', rid: m.rid, res: this.hub.publish(m.tenant, m.req) });
+        return;
+      case 'once':
+        void this.publishOnce(idempotencyScope(m.tenant, m.req.idempotencyKey!), m.tenant, m.req)
+          .then((res) => link.send({ op: 'pubok', rid: m.rid, res }));
         return;
       case 'sub':
         this.hub.subscribe(shard, m.topic);

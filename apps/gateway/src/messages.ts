@@ -18,6 +18,8 @@ export type ToOwner =
   | { readonly op: 'sub'; readonly rid: number; readonly topic: string }
   | { readonly op: 'unsub'; readonly topic: string }
   | { readonly op: 'pub'; readonly rid: number; readonly tenant: string; readonly req: PublishFields }
+  /** A durable publish with an idempotency key, sent to the key's owner. */
+  | { readonly op: 'once'; readonly rid: number; readonly tenant: string; readonly req: PublishFields }
   | { readonly op: 'hist'; readonly rid: number; readonly topic: string; readonly since: string };
 
 export type FromOwner =
@@ -35,9 +37,10 @@ const und = (v: string | undefined): string | undefined => (v === '' || v === un
 
 export function encodePeer(m: PeerMessage): string {
   switch (m.op) {
-    case 'pub': {
+    case 'pub':
+    case 'once': {
       const r = m.req;
-      return `p${US}${m.rid}${US}${m.tenant}${US}${r.topic}${US}${r.cls}${US}${opt(r.key)}${US}${opt(r.idempotencyKey)}${US}${opt(r.traceparent)}${US}${r.dataJson}`;
+      return `${m.op === 'pub' ? 'p' : 'o'}${US}${m.rid}${US}${m.tenant}${US}${r.topic}${US}${r.cls}${US}${opt(r.key)}${US}${opt(r.idempotencyKey)}${US}${opt(r.traceparent)}${US}${r.dataJson}`;
     }
     case 'sub':
       return `s${US}${m.rid}${US}${m.topic}`;
@@ -69,8 +72,9 @@ export function decodePeer(s: string): PeerMessage {
   const f = s.split(US);
   switch (f[0]) {
     case 'p':
+    case 'o':
       return {
-        op: 'pub', rid: Number(f[1]), tenant: f[2]!,
+        op: f[0] === 'p' ? 'pub' : 'once', rid: Number(f[1]), tenant: f[2]!,
         req: { topic: f[3]!, cls: Number(f[4]) as EventClass, key: und(f[5]), idempotencyKey: und(f[6]),
           traceparent: und(f[7]), dataJson: f[8]! },
       };

@@ -133,7 +133,7 @@ class Shard {
           return;
         }
         this.listenSocket = ls;
-        this.sweepTimer = setInterval(() => this.broker.hub.sweep(), 1000);
+        this.sweepTimer = setInterval(() => this.broker.sweep(Date.now()), 1000);
         this.sweepTimer.unref();
         this.tell({ op: 'listening', port: this.uws.us_socket_local_port(ls as never) });
       });
@@ -361,7 +361,12 @@ class Shard {
     (d.topics ??= new Map()).set(f.topic, key);
     const since = f.since;
     this.acquire(key, (ok) => {
-      if (!d.open || d.topics?.get(f.topic) !== key) return;
+      if (!d.open) return;
+      if (d.topics?.get(f.topic) !== key) {
+        // Left before the join completed: the join happened, the leave undid it.
+        ws.cork(() => ws.send(encodeReplyOk(f.ref), false));
+        return;
+      }
       if (!ok) {
         d.topics.delete(f.topic);
         this.release(key);
@@ -391,10 +396,13 @@ class Shard {
     let set = this.recoveries.get(key);
     if (set === undefined) this.recoveries.set(key, (set = new Set()));
     set.add(rec);
-    this.broker.history(key, since).then((read: HistoryRead) => {
-      if (!this.recoveries.get(key)?.delete(rec)) return; // left or closed meanwhile
+    const done = (): boolean => {
+      if (!this.recoveries.get(key)?.delete(rec)) return false; // left or closed meanwhile
       if (this.recoveries.get(key)?.size === 0) this.recoveries.delete(key);
-      if (!d.open || d.topics?.get(f.topic) !== key) return;
+      return d.open && d.topics?.get(f.topic) === key;
+    };
+    this.broker.history(key, since).then((read: HistoryRead) => {
+      if (!done()) return;
       let last: EventId = parseEventId(since)!;
       const lastReplayed = read.events.at(-1)?.id;
       if (lastReplayed !== undefined) last = parseEventId(lastReplayed)!;
@@ -406,6 +414,13 @@ class Shard {
         }
         ws.subscribe(key);
       });
+    }, (err: unknown) => {
+      // The topic's owner is unavailable: the join fails, the socket goes on.
+      if (!done()) return;
+      this.log.warn({ topic: key, err }, 'history unavailable for a join');
+      d.topics!.delete(f.topic);
+      this.release(key);
+      ws.cork(() => ws.send(encodeRejection(f.ref, 'unavailable'), false));
     });
   }
 
@@ -561,7 +576,8 @@ class Shard {
     gaugeFrom(r, 'sluice_connected_sockets', 'Open WebSocket connections.', () => this.sockets.size);
     const hub = this.broker.hub;
     counterFrom(r, 'sluice_messages_published_total', 'Events accepted by the broker, by class.', 'class', () => hub.stats.published);
-    counterFrom(r, 'sluice_publish_duplicates_total', 'Publishes answered from the idempotency table.', undefined, () => hub.stats.duplicates);
+    counterFrom(r, 'sluice_publish_duplicates_total', 'Publishes answered from the idempotency table.', undefined,
+      () => this.broker.duplicates);
     gaugeFrom(r, 'sluice_history_topics', 'Topics with history held in memory.', () => hub.topicCount);
     registerEventLoopStall(r);
   }

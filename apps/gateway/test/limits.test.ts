@@ -59,7 +59,7 @@ describe('frame caps', () => {
     assert.deepEqual(JSON.parse(closed.reason), { reason: 'payload_too_large' });
   });
 
-  test('a plain ws client sees 1009 for a frame far above the hard cap too', async () => {
+  test('a plain ws client sees 1009 for a frame of twice the hard cap (the most the guard reads)', async () => {
     const ws = new WebSocket(gw.url());
     await new Promise((r) => ws.once('message', r));
     ws.send('x'.repeat(2 * 4096));

@@ -134,7 +134,7 @@ const schema = [
   v({
     name: 'ADMIN_PORT', key: 'adminPort', section: 'Listening and threads',
     type: int(0, 65535, PORT_RANGE), default: 9090,
-    doc: 'Admin HTTP port: metrics, publish API, drain.',
+    doc: 'Admin HTTP port: health, metrics, publish API.',
   }),
   v({
     name: 'ADMIN_HOST', key: 'adminHost', section: 'Listening and threads',
@@ -223,7 +223,7 @@ const schema = [
   v({
     name: 'ADMIN_TOKEN', key: 'adminToken', section: 'Admin and observability',
     type: secretToken(), default: undefined, defaultDoc: 'unset', secret: true,
-    doc: 'When set, `POST /v1/publish` and `POST /admin/drain` require `Authorization: Bearer <token>`; when unset they are open to anyone who reaches the admin port.',
+    doc: 'When set, `POST /v1/publish` requires `Authorization: Bearer <token>`; when unset it is open to anyone who reaches the admin port.',
   }),
   v({
     name: 'LOG_LEVEL', key: 'logLevel', section: 'Admin and observability',

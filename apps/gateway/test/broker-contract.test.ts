@@ -1,0 +1,182 @@
+/**
+ * The Broker contract (packages/core/src/broker.ts), run against the embedded
+ * implementation: two MeshBrokers joined by a real MessageChannel, as two
+ * shards are. The same suite is meant to run against the Redis broker.
+ */
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { MessageChannel } from 'node:worker_threads';
+import { type Broker, type Config, type Delivery, loadConfig, ownerOf, type PublishFields, topicKey } from '@sluice/core';
+import { EventClass } from '@sluice/protocol';
+import { createLogger } from '@sluice/telemetry';
+import { MeshBroker } from '../src/mesh-broker.ts';
+
+const { config } = loadConfig({ WS_HISTORY_SIZE: '5', LOG_LEVEL: 'silent' }, { availableParallelism: 2 });
+const log = createLogger('silent');
+const channels: MessageChannel[] = [];
+after(() => {
+  for (const ch of channels) {
+    ch.port1.close();
+    ch.port2.close();
+  }
+});
+
+interface Node {
+  readonly broker: Broker;
+  readonly got: Delivery[];
+}
+
+function pair(cfg: Config = config): [Node, Node, MessageChannel] {
+  const a = new MeshBroker(0, 2, cfg, log);
+  const b = new MeshBroker(1, 2, cfg, log);
+  const ch = new MessageChannel();
+  channels.push(ch);
+  a.addPeer(1, ch.port1);
+  b.addPeer(0, ch.port2);
+  const na: Node = { broker: a, got: [] };
+  const nb: Node = { broker: b, got: [] };
+  a.onDelivery((d) => na.got.push(d));
+  b.onDelivery((d) => nb.got.push(d));
+  return [na, nb, ch];
+}
+
+/** A client topic name whose tenant-scoped key is owned by `shard`. */
+function ownedBy(shard: number, prefix: string): string {
+  for (let i = 0; ; i++) if (ownerOf(topicKey('default', `${prefix}${i}`), 2) === shard) return `${prefix}${i}`;
+}
+
+const durable = (topic: string, data: unknown, idempotencyKey?: string): PublishFields =>
+  ({ topic, dataJson: JSON.stringify(data), cls: EventClass.Durable, key: undefined, idempotencyKey, traceparent: undefined });
+
+const settle = (): Promise<void> => new Promise((r) => setTimeout(r, 20));
+
+for (const owner of [0, 1]) {
+  describe(`embedded broker, topic owned by shard ${owner}, used from shard 0`, () => {
+    test('a durable publish resolves with an id after it is stored; subscribers on both shards get it once', async () => {
+      const [a, b] = pair();
+      const topic = ownedBy(owner, 'dur');
+      const key = topicKey('default', topic);
+      await a.broker.subscribe(key);
+      await b.broker.subscribe(key);
+      const res = await a.broker.publish('default', durable(topic, { n: 1 }));
+      assert.equal(res.ok, true);
+      assert.ok(res.ok && res.id !== undefined && /^\d+-\d+$/.test(res.id));
+      await settle();
+      for (const n of [a, b]) {
+        assert.equal(n.got.length, 1);
+        assert.equal(n.got[0]!.id, res.ok ? res.id : '');
+        assert.deepEqual(JSON.parse(n.got[0]!.frame), { type: 'event', topic, id: res.ok ? res.id : '', data: { n: 1 } });
+      }
+      const h = await b.broker.history(key, '0-0');
+      assert.deepEqual(h.events.map((e) => e.id), [res.ok ? res.id : '']);
+    });
+
+    test('a repeated idempotency key resolves with the first id, duplicate, and is not delivered again', async () => {
+      const [a, b] = pair();
+      const topic = ownedBy(owner, 'idem');
+      await b.broker.subscribe(topicKey('default', topic));
+      const first = await a.broker.publish('default', durable(topic, 1, 'k1'));
+      const again = await b.broker.publish('default', durable(topic, 2, 'k1'));
+      assert.ok(first.ok && again.ok);
+      assert.equal(again.id, first.id);
+      assert.equal(again.duplicate, true);
+      await settle();
+      assert.equal(b.got.length, 1);
+    });
+
+    test('idempotency is per tenant: the same key on another topic is a repeat; another tenant may reuse it', async () => {
+      const [a, b] = pair();
+      const t1 = ownedBy(owner, 'one');
+      const t2 = ownedBy(1 - owner, 'two');
+      await b.broker.subscribe(topicKey('default', t2));
+      await b.broker.subscribe(topicKey('acme', t2));
+      const first = await a.broker.publish('default', durable(t1, 1, 'shared-key'));
+      const other = await b.broker.publish('default', durable(t2, 2, 'shared-key'));
+      assert.ok(first.ok && other.ok);
+      assert.deepEqual(other, { ok: true, id: first.id, duplicate: true });
+      const tenant = await a.broker.publish('acme', durable(t2, 3, 'shared-key'));
+      assert.ok(tenant.ok && tenant.duplicate === false);
+      await settle();
+      assert.deepEqual(b.got.map((d) => JSON.parse(d.frame).data), [3]);
+    });
+
+    test('repeats racing the first publish from both shards are delivered once and all get its id', async () => {
+      const [a, b] = pair();
+      const topic = ownedBy(owner, 'race');
+      await b.broker.subscribe(topicKey('default', topic));
+      const results = await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 ? a : b).broker.publish('default', durable(topic, i, 'raced'))));
+      const ids = new Set(results.map((r) => (r.ok ? r.id : 'failed')));
+      assert.equal(ids.size, 1);
+      assert.equal(results.filter((r) => r.ok && !r.duplicate).length, 1);
+      await settle();
+      assert.equal(b.got.length, 1);
+    });
+
+    test('keyed and ephemeral events get no id and are not stored', async () => {
+      const [a, b] = pair();
+      const topic = ownedBy(owner, 'eph');
+      const key = topicKey('default', topic);
+      await b.broker.subscribe(key);
+      const k = await a.broker.publish('default', { ...durable(topic, 1), cls: EventClass.Keyed, key: 'BTC' });
+      const e = await a.broker.publish('default', { ...durable(topic, 2), cls: EventClass.Ephemeral });
+      assert.deepEqual([k, e], [{ ok: true, id: undefined, duplicate: false }, { ok: true, id: undefined, duplicate: false }]);
+      await settle();
+      assert.deepEqual(b.got.map((d) => [d.cls, d.key, d.id]), [[EventClass.Keyed, 'BTC', undefined], [EventClass.Ephemeral, undefined, undefined]]);
+      assert.deepEqual((await a.broker.history(key, '0-0')).events, []);
+    });
+
+    test('deliveries keep the order the owner accepted; unsubscribe stops them', async () => {
+      const [a, b] = pair();
+      const topic = ownedBy(owner, 'ord');
+      const key = topicKey('default', topic);
+      await b.broker.subscribe(key);
+      const acks = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).broker.publish('default', durable(topic, i))));
+      await settle();
+      // The owner's order is the id order, whichever shard each publish came from.
+      const byId = (x: string, y: string): number => {
+        const [xm, xs] = x.split('-').map(Number);
+        const [ym, ys] = y.split('-').map(Number);
+        return xm! - ym! || xs! - ys!;
+      };
+      const acked = acks.map((r) => (r.ok ? r.id! : '')).sort(byId);
+      assert.deepEqual(b.got.map((d) => d.id), acked);
+      b.broker.unsubscribe(key);
+      await settle();
+      await a.broker.publish('default', durable(topic, 'late'));
+      await settle();
+      assert.equal(b.got.length, 20);
+    });
+
+    test('history after since is bounded: recovered false once trimmed, true from the last id on', async () => {
+      const [a] = pair();
+      const topic = ownedBy(owner, 'hist');
+      const key = topicKey('default', topic);
+      const ids: string[] = [];
+      for (let i = 0; i < 8; i++) {
+        const r = await a.broker.publish('default', durable(topic, i));
+        ids.push(r.ok ? r.id! : '');
+      }
+      const all = await a.broker.history(key, ids[0]!);
+      assert.equal(all.recovered, false);
+      assert.deepEqual(all.events.map((e) => e.id), ids.slice(3));
+      const tail = await a.broker.history(key, ids[5]!);
+      assert.equal(tail.recovered, true);
+      assert.deepEqual(tail.events.map((e) => e.id), ids.slice(6));
+    });
+  });
+}
+
+describe('embedded broker when the owner shard is gone', () => {
+  test('publishes to its topics resolve unavailable and subscribes reject; its other topics still work', async () => {
+    const [a, , ch] = pair();
+    ch.port2.close();
+    await settle();
+    const lost = ownedBy(1, 'gone');
+    const kept = ownedBy(0, 'kept');
+    assert.deepEqual(await a.broker.publish('default', durable(lost, 1)), { ok: false, reason: 'unavailable' });
+    await assert.rejects(a.broker.subscribe(topicKey('default', lost)));
+    await assert.rejects(a.broker.history(topicKey('default', lost), '0-0'));
+    const ok = await a.broker.publish('default', durable(kept, 1));
+    assert.equal(ok.ok, true);
+  });
+});

@@ -74,6 +74,7 @@ interface TopicState {
 }
 
 const CRASH_FRAME = '{"type":"debug.crash"}';
+const utf8 = new TextDecoder();
 
 export default function runShard(task: ShardTask): Promise<ShardExit> {
   return new Shard(task).run();
@@ -263,7 +264,7 @@ class Shard {
       this.reject(ws, d, this.peek(buf), 'payload_too_large', undefined, `frame above ${cfg.maxFrameBytes} bytes`);
       return;
     }
-    const text = Buffer.from(buf).toString('utf8');
+    const text = utf8.decode(buf);
     if (this.task.testHooks && text === CRASH_FRAME) throw new Error('debug.crash: shard crashed on purpose');
     const r = decodeClientFrame(text);
     if (!r.ok) {
@@ -306,17 +307,21 @@ class Shard {
   private publish(ws: Socket, d: SocketData, f: PublishFrame): void {
     d.strikes = 0;
     d.inflight++;
-    this.broker
-      .publish(d.tenant, f)
-      .then((res) => {
-        d.inflight--;
-        if (!d.open) return;
-        let reply: string;
-        if (!res.ok) reply = encodeRejection(f.ref, res.reason);
-        else if (res.id === undefined) reply = encodeReplyOk(f.ref);
-        else reply = encodeReplyOk(f.ref, res.duplicate ? `{"id":"${res.id}","duplicate":true}` : `{"id":"${res.id}"}`);
-        this.queueReply(ws, reply);
-      });
+    let inline = true;
+    this.broker.publishThen(d.tenant, f, (res) => {
+      d.inflight--;
+      if (!d.open) return;
+      let reply: string;
+      if (!res.ok) reply = encodeRejection(f.ref, res.reason);
+      else if (res.id === undefined) reply = encodeReplyOk(f.ref);
+      else reply = encodeReplyOk(f.ref, res.duplicate ? `{"id":"${res.id}","duplicate":true}` : `{"id":"${res.id}"}`);
+      // Answered within this message handler (this shard owns the topic):
+      // uWS corks the handler's sends, and the send drains the event that
+      // app.publish queued for this socket first.
+      if (inline) ws.send(reply, false);
+      else this.queueReply(ws, reply);
+    });
+    inline = false;
   }
 
   /**

@@ -67,6 +67,7 @@ export function decodeFrameObject(raw: unknown): DecodeResult {
 }
 
 /** Keys travel between threads in a control-character-delimited format (see the gateway's messages.ts). */
+// eslint-disable-next-line no-control-regex -- finding control characters is the point
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
 const topicMessage = 'topic must match ^[A-Za-z0-9:_.\\-]{1,200}$';

@@ -158,3 +158,30 @@ function rawUpgrade(port: number): Promise<{ status: number; headers: Record<str
     req.end();
   });
 }
+
+describe('heartbeat', () => {
+  test('the server pings; a socket that answers stays open, one that sends nothing is closed', async () => {
+    // WS_HEARTBEAT_MS=2000 gives uWS its shortest idle timeout (8 s).
+    const gw = await startGateway({ WS_HEARTBEAT_MS: '2000', WS_WORKERS: '1' });
+    const WebSocket = (await import('ws')).default;
+    const open = (autoPong: boolean): Promise<{ ws: InstanceType<typeof WebSocket>; pings: number[]; closed: Promise<number> }> =>
+      new Promise((resolve) => {
+        const ws = new WebSocket(gw.url(), { autoPong });
+        const pings: number[] = [];
+        ws.on('ping', () => pings.push(Date.now()));
+        const closed = new Promise<number>((r) => ws.on('close', (code) => r(code)));
+        ws.once('message', () => resolve({ ws, pings, closed }));
+      });
+    const answering = await open(true);
+    const silent = await open(false);
+    const started = Date.now();
+    const code = await Promise.race([silent.closed, new Promise<string>((r) => setTimeout(() => r('still open'), 20_000))]);
+    assert.notEqual(code, 'still open');
+    assert.ok(silent.pings.length >= 1, 'the server pinged before giving up');
+    assert.ok(Date.now() - started >= 4000, 'not closed before it could have answered');
+    assert.equal(answering.ws.readyState, WebSocket.OPEN);
+    assert.ok(answering.pings.length >= 1);
+    answering.ws.close();
+    assert.equal(await gw.stop(), 0);
+  });
+});

@@ -8,7 +8,7 @@ import type { Server } from 'node:http';
 import { type AddressInfo, createServer } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { Piscina } from 'piscina';
-import { type Config, ownerOf, type PublishRequest, type PublishResult, redactedConfig, topicKey } from '@sluice/core';
+import { type Config, effectiveSlowBufferBytes, ownerOf, type PublishRequest, type PublishResult, redactedConfig, topicKey } from '@sluice/core';
 import { aggregateMetrics, counterFrom, gaugeFrom, type Logger, type MetricsJson, registerEventLoopStall,
   registerProcessMetrics, Registry } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
@@ -63,6 +63,11 @@ export class Coordinator {
   async start(): Promise<Started> {
     const cfg = this.config;
     this.log.info({ config: redactedConfig(cfg), node: this.nodeId }, 'starting sluice');
+    const soft = effectiveSlowBufferBytes(cfg.slowClientBufferBytes, cfg.maxBufferedBytes);
+    if (soft.clamped) {
+      this.log.warn({ WS_SLOW_CLIENT_BUFFER_BYTES: cfg.slowClientBufferBytes, WS_MAX_BUFFERED_BYTES: cfg.maxBufferedBytes, used: soft.value },
+        'WS_SLOW_CLIENT_BUFFER_BYTES lowered to half of WS_MAX_BUFFERED_BYTES');
+    }
     this.pool = new Piscina<ShardTask, ShardExit>({
       filename: SHARD_FILE.href,
       minThreads: cfg.workers,

@@ -6,8 +6,8 @@
  * and the shared flags.
  */
 import type { MessagePort } from 'node:worker_threads';
-import { type Config, compareEventIds, type Delivery, type EventId, type FixedWindowState, type HistoryRead,
-  hitFixedWindow, jitter, topicKey } from '@sluice/core';
+import { type Config, compareEventIds, type Delivery, effectiveSlowBufferBytes, type EventId, type FixedWindowState,
+  type HistoryRead, hitFixedWindow, jitter, type Mailbox, type MailItem, topicKey } from '@sluice/core';
 import {
   type CloseReason, closeSpecs, decodeClientFrame, encodeCloseReason, encodePong, encodeRejection, encodeReplyOk,
   type ErrorReason, ErrorReasons, isStrike, type JoinFrame, type LeaveFrame, parseEventId, PEEK_REF_BYTES, peekRef,
@@ -16,6 +16,7 @@ import {
 import { counterFrom, createLogger, gaugeFrom, type Logger, registerEventLoopStall, Registry } from '@sluice/telemetry';
 import type { FromShardControl, ToShardControl } from './control.ts';
 import { MeshBroker } from './mesh-broker.ts';
+import { type LaneData, SlowLane } from './slow-lane.ts';
 import { Flag, SharedState } from './shared-state.ts';
 import { loadNativeUws, type HttpRequest, type HttpResponse, type TemplatedApp, type us_listen_socket,
   type us_socket_context_t, type WebSocket } from './uws.ts';
@@ -42,7 +43,7 @@ export interface ShardExit {
 }
 
 /** Per-socket state, typed, stored as the uWS user data. */
-interface SocketData extends FixedWindowState {
+interface SocketData extends FixedWindowState, LaneData {
   readonly id: string;
   readonly tenant: string;
   readonly user: string;
@@ -53,6 +54,10 @@ interface SocketData extends FixedWindowState {
   inflight: number;
   /** Joined topics: client name to tenant-scoped key. Created on first join. */
   topics: Map<string, string> | null;
+  /** Since when the socket's unsent bytes are above the soft limit; -1 when they are not. */
+  congestedSince: number;
+  /** The socket's mailbox while it is in the slow lane. */
+  mailbox: Mailbox<MailItem> | null;
 }
 
 type Socket = WebSocket<SocketData>;
@@ -73,6 +78,12 @@ interface TopicState {
   waiters: ((ok: boolean) => void)[];
 }
 
+/**
+ * How often congested sockets are looked for while events flow: a socket on
+ * the native lane can pass the soft limit by at most what its topics deliver
+ * in this time before it moves to its mailbox.
+ */
+const LANE_SWEEP_MS = 10;
 const CRASH_FRAME = '{"type":"debug.crash"}';
 const utf8 = new TextDecoder();
 
@@ -93,9 +104,15 @@ class Shard {
   private readonly registry = new Registry();
   private readonly welcome: string;
   private readonly replies = new Map<Socket, string[]>();
+  private readonly lane: SlowLane<SocketData>;
+  /** Unsent bytes of every socket of this shard, summed by the last sweep. */
+  private bufferedBytes = 0;
+  private deliveredSinceSweep = false;
+  private idleSweeps = 0;
   private repliesQueued = false;
   private listenSocket: us_listen_socket | null = null;
   private sweepTimer: NodeJS.Timeout | undefined;
+  private laneTimer: NodeJS.Timeout | undefined;
   private stopping = false;
   private dying = false;
   private seq = 0;
@@ -106,7 +123,8 @@ class Shard {
     framesIn: 0,
     rejections: Object.fromEntries(ErrorReasons.map((r) => [r, 0])) as Record<ErrorReason, number>,
     upgrades: { accepted: 0, unavailable: 0 } as Record<'accepted' | 'unavailable', number>,
-    closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0 } as Record<string, number>,
+    closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0, buffer_limit: 0, congested: 0, slow_consumer: 0 } as
+      Record<string, number>,
   };
 
   constructor(private readonly task: ShardTask) {
@@ -118,6 +136,15 @@ class Shard {
     this.broker.onDelivery((d) => this.deliver(d));
     task.control.on('message', (m: ToShardControl) => this.control(m));
     this.welcome = welcomePrefix(this.cfg.heartbeatMs, this.cfg);
+    this.lane = new SlowLane<SocketData>(
+      {
+        maxBufferedBytes: this.cfg.maxBufferedBytes,
+        slowBufferBytes: effectiveSlowBufferBytes(this.cfg.slowClientBufferBytes, this.cfg.maxBufferedBytes).value,
+        maxCongestedMs: this.cfg.maxCongestedMs,
+      },
+      { ephemeralDropLen: this.cfg.ephemeralDropQueueLen, slowConsumerLen: this.cfg.slowConsumerQueueLen },
+      (ws, d, reason) => this.closeWith(ws, d, reason, jitter(this.cfg.retryAfterMinMs, this.cfg.retryAfterMaxMs, Math.random)),
+    );
     this.registerMetrics();
     this.app = this.buildApp();
   }
@@ -136,6 +163,8 @@ class Shard {
         this.listenSocket = ls;
         this.sweepTimer = setInterval(() => this.broker.sweep(Date.now()), 1000);
         this.sweepTimer.unref();
+        this.laneTimer = setInterval(() => this.sweepLanes(), LANE_SWEEP_MS);
+        this.laneTimer.unref();
         this.tell({ op: 'listening', port: this.uws.us_socket_local_port(ls as never) });
       });
     });
@@ -154,14 +183,17 @@ class Shard {
         maxPayloadLength,
         idleTimeout,
         sendPingsAutomatically: true,
-        // The last guard until the slow lane exists: a socket with 1 MiB
-        // unsent is closed rather than silently skipped by app.publish.
-        maxBackpressure: 1024 * 1024,
+        // The slow lane closes a socket at WS_MAX_BUFFERED_BYTES with 1013. A
+        // socket still on the native lane can pass that between two sweeps;
+        // uWS's own limit, well above, stays as the last guard: it closes
+        // rather than skip a socket silently.
+        maxBackpressure: 2 * cfg.maxBufferedBytes + 2 * cfg.hardMaxFrameBytes,
         closeOnBackpressureLimit: 1, // a boolean that the typings of this build declare as a number
         upgrade: (res, req, context) => this.upgrade(res, req, context),
         open: (ws) => this.open(ws),
         message: (ws, message, isBinary) => this.message(ws, message, isBinary),
         close: (ws) => this.close(ws),
+        drain: (ws) => this.lane.drained(ws, ws.getUserData(), Date.now()),
       })
       .get('/health/live', (res) => httpJson(res, '200 OK', '{"status":"live"}'))
       .get('/health/ready', (res) => {
@@ -201,6 +233,8 @@ class Shard {
       strikes: 0,
       inflight: 0,
       topics: null,
+      congestedSince: -1,
+      mailbox: null,
       windowStart: 0,
       windowCount: 0,
     };
@@ -220,6 +254,7 @@ class Shard {
     d.open = false;
     this.sockets.delete(ws);
     this.shared.addSockets(this.task.shard, -1);
+    this.lane.forget(ws, d);
     if (d.topics !== null) {
       // uWS already removed the socket from its native topics.
       for (const key of d.topics.values()) {
@@ -380,7 +415,7 @@ class Shard {
       }
       if (since === undefined) {
         ws.cork(() => {
-          ws.subscribe(key);
+          this.lane.subscribe(ws, d, key);
           ws.send(encodeReplyOk(f.ref), false);
         });
         return;
@@ -417,7 +452,7 @@ class Shard {
         for (const ev of rec.buffered) {
           if (ev.id === undefined || compareEventIds(parseEventId(ev.id)!, last) > 0) ws.send(ev.frame, false);
         }
-        ws.subscribe(key);
+        this.lane.subscribe(ws, d, key);
       });
     }, (err: unknown) => {
       // The topic's owner is unavailable: the join fails, the socket goes on.
@@ -445,7 +480,7 @@ class Shard {
     d.strikes = 0;
     d.topics!.delete(f.topic);
     this.cancelRecovery(d, key);
-    if (ws.isSubscribed(key)) ws.unsubscribe(key);
+    this.lane.unsubscribe(ws, key);
     this.release(key);
     ws.send(encodeReplyOk(f.ref), false);
   }
@@ -487,9 +522,36 @@ class Shard {
   }
 
   private deliver(d: Delivery): void {
+    const now = Date.now();
+    this.deliveredSinceSweep = true;
+    this.lane.beforeNative(d, now);
     this.app.publish(d.topic, d.frame, false, false);
+    this.lane.deliver(d, now);
     const recs = this.recoveries.get(d.topic);
     if (recs !== undefined) for (const rec of recs) rec.buffered.push(d);
+  }
+
+  /**
+   * Every LANE_SWEEP_MS: moves sockets that passed the soft limit to the slow
+   * lane, evicts what waited too long, and sums unsent bytes for the gauge.
+   */
+  private sweepLanes(): void {
+    const now = Date.now();
+    // While events flow, every tick; when nothing was delivered, every tenth
+    // (slow-lane sockets still need their congestion timers checked).
+    if (!this.deliveredSinceSweep && ++this.idleSweeps < 10) return;
+    this.deliveredSinceSweep = false;
+    this.idleSweeps = 0;
+    let buffered = 0;
+    for (const ws of this.sockets) {
+      const d = ws.getUserData();
+      if (!d.open) continue;
+      const b = ws.getBufferedAmount();
+      buffered += b;
+      this.lane.check(ws, d, now);
+      if (d.open) this.lane.watchIf(ws, b);
+    }
+    this.bufferedBytes = buffered;
   }
 
   // --- control, stop, crash --------------------------------------------------
@@ -521,6 +583,7 @@ class Shard {
     if (this.stopping) return;
     this.stopping = true;
     if (this.sweepTimer !== undefined) clearInterval(this.sweepTimer);
+    if (this.laneTimer !== undefined) clearInterval(this.laneTimer);
     this.closeListenSocket();
     const cfg = this.cfg;
     for (const ws of [...this.sockets]) {
@@ -579,6 +642,10 @@ class Shard {
     counterFrom(r, 'sluice_upgrades_total', 'WebSocket upgrades, by outcome.', 'outcome', () => this.m.upgrades);
     counterFrom(r, 'sluice_clients_closed_total', 'Sockets the server closed, by reason.', 'reason', () => this.m.closes);
     gaugeFrom(r, 'sluice_connected_sockets', 'Open WebSocket connections.', () => this.sockets.size);
+    counterFrom(r, 'sluice_messages_dropped_total', 'Events not delivered to a congested socket, by reason.', 'reason',
+      () => this.lane.counters.dropped);
+    gaugeFrom(r, 'sluice_buffered_bytes', 'Bytes written to sockets and not yet sent, all sockets (sampled).', () => this.bufferedBytes);
+    gaugeFrom(r, 'sluice_slow_lane_sockets', 'Sockets in the slow lane (a mailbox instead of native topics).', () => this.lane.sockets);
     const hub = this.broker.hub;
     counterFrom(r, 'sluice_messages_published_total', 'Events accepted by the broker, by class.', 'class', () => hub.stats.published);
     counterFrom(r, 'sluice_publish_duplicates_total', 'Publishes answered from the idempotency table.', undefined,

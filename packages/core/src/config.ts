@@ -22,6 +22,12 @@ export interface Config {
   readonly heartbeatMs: number;
   readonly retryAfterMinMs: number;
   readonly retryAfterMaxMs: number;
+  readonly maxBufferedBytes: number;
+  readonly slowClientBufferBytes: number;
+  readonly maxCongestedMs: number;
+  readonly ephemeralDropQueueLen: number;
+  readonly slowConsumerQueueLen: number;
+  readonly coalesceIntervalMs: number;
   readonly historySize: number;
   readonly historyTtlMs: number;
   readonly idempotencyTtlMs: number;
@@ -37,6 +43,7 @@ export interface ConfigHost {
 export const CONFIG_SECTIONS = [
   'Listening and threads',
   'Per-socket limits',
+  'Outbound backpressure',
   'History and idempotency',
   'Admin and observability',
 ] as const;
@@ -200,6 +207,39 @@ const schema = [
     name: 'WS_RETRY_AFTER_MAX_MS', key: 'retryAfterMaxMs', section: 'Per-socket limits',
     type: int(0, 3_600_000, 'ms'), default: 6000,
     doc: 'Upper end of the jitter range for `retryAfterMs` in closes and 503s.',
+  }),
+
+  // Outbound backpressure
+  v({
+    name: 'WS_MAX_BUFFERED_BYTES', key: 'maxBufferedBytes', section: 'Outbound backpressure',
+    type: int(4096, 1_073_741_824, 'bytes'), default: 1_048_576,
+    doc: 'Unsent bytes at which a socket is closed with 1013 `buffer_limit`.',
+  }),
+  v({
+    name: 'WS_SLOW_CLIENT_BUFFER_BYTES', key: 'slowClientBufferBytes', section: 'Outbound backpressure',
+    type: int(1024, 1_073_741_824, 'bytes'), default: 262_144,
+    doc: 'Unsent bytes from which a socket counts as congested and its events wait in its mailbox. ' +
+      'Forced to at most half of `WS_MAX_BUFFERED_BYTES` (the start logs it).',
+  }),
+  v({
+    name: 'WS_MAX_CONGESTED_MS', key: 'maxCongestedMs', section: 'Outbound backpressure',
+    type: int(0, 86_400_000, 'ms; 0 = never'), default: 30_000,
+    doc: 'How long a socket may stay congested before it is closed with 1013 `congested`.',
+  }),
+  v({
+    name: 'WS_EPHEMERAL_DROP_QUEUE_LEN', key: 'ephemeralDropQueueLen', section: 'Outbound backpressure',
+    type: int(0, 1_000_000, 'events'), default: 100,
+    doc: 'Mailbox length from which ephemeral events for a congested socket are dropped.',
+  }),
+  v({
+    name: 'WS_SLOW_CONSUMER_QUEUE_LEN', key: 'slowConsumerQueueLen', section: 'Outbound backpressure',
+    type: int(1, 10_000_000, 'events'), default: 1000,
+    doc: 'Mailbox length past which a congested socket is closed with 4503 `slow_consumer`.',
+  }),
+  v({
+    name: 'WS_COALESCE_INTERVAL_MS', key: 'coalesceIntervalMs', section: 'Outbound backpressure',
+    type: int(0, 3_600_000, 'ms; 0 = off'), default: 0,
+    doc: 'At most one keyed event per (socket, topic, key) per interval; the newest wins.',
   }),
 
   // History and idempotency

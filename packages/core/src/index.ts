@@ -5,3 +5,4 @@ export * from './jitter.ts';
 export * from './history.ts';
 export * from './idempotency.ts';
 export * from './broker.ts';
+export * from './backpressure.ts';

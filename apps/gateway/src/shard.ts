@@ -6,12 +6,12 @@
  * and the shared flags.
  */
 import type { MessagePort } from 'node:worker_threads';
-import { type Config, compareEventIds, type Delivery, effectiveSlowBufferBytes, type EventId, type FixedWindowState,
+import { Coalescer, type Config, compareEventIds, type Delivery, effectiveSlowBufferBytes, type EventId, type FixedWindowState,
   type HistoryRead, hitFixedWindow, jitter, type Mailbox, type MailItem, topicKey } from '@sluice/core';
 import {
   type CloseReason, closeSpecs, decodeClientFrame, encodeCloseReason, encodePong, encodeRejection, encodeReplyOk,
   type ErrorReason, ErrorReasons, isStrike, type JoinFrame, type LeaveFrame, parseEventId, PEEK_REF_BYTES, peekRef,
-  PROTOCOL_VERSION, type PublishFrame, welcomeFrame, welcomePrefix,
+  PROTOCOL_VERSION, type PublishFrame, welcomeFrame, welcomePrefix, EventClass,
 } from '@sluice/protocol';
 import { counterFrom, createLogger, gaugeFrom, type Logger, registerEventLoopStall, Registry } from '@sluice/telemetry';
 import type { FromShardControl, ToShardControl } from './control.ts';
@@ -108,6 +108,10 @@ class Shard {
   /** Unsent bytes of every socket of this shard, summed by the last sweep. */
   private bufferedBytes = 0;
   private deliveredSinceSweep = false;
+  /** WS_COALESCE_INTERVAL_MS: keyed events held per (topic, key), newest wins. */
+  private readonly coalescer: Coalescer<Delivery> | null;
+  private coalesceTimer: NodeJS.Timeout | undefined;
+  private readonly released: Delivery[] = [];
   private idleSweeps = 0;
   private repliesQueued = false;
   private listenSocket: us_listen_socket | null = null;
@@ -145,6 +149,7 @@ class Shard {
       { ephemeralDropLen: this.cfg.ephemeralDropQueueLen, slowConsumerLen: this.cfg.slowConsumerQueueLen },
       (ws, d, reason) => this.closeWith(ws, d, reason, jitter(this.cfg.retryAfterMinMs, this.cfg.retryAfterMaxMs, Math.random)),
     );
+    this.coalescer = this.cfg.coalesceIntervalMs > 0 ? new Coalescer<Delivery>(this.cfg.coalesceIntervalMs) : null;
     this.registerMetrics();
     this.app = this.buildApp();
   }
@@ -522,6 +527,37 @@ class Shard {
   }
 
   private deliver(d: Delivery): void {
+    const c = this.coalescer;
+    if (c !== null && d.key !== undefined && d.cls === EventClass.Keyed) {
+      const held = c.size;
+      if (!c.offer(d.topic, d.key, d, Date.now())) {
+        // Held: at most one event per (topic, key) per interval leaves this
+        // shard, so each socket gets at most one; the newest held one wins,
+        // and one it replaced counts as superseded.
+        if (c.size === held) this.lane.counters.dropped.superseded++;
+        this.armCoalesceTimer();
+        return;
+      }
+    }
+    this.fanOut(d);
+  }
+
+  private armCoalesceTimer(): void {
+    if (this.coalesceTimer !== undefined || this.coalescer === null) return;
+    const at = this.coalescer.nextDueAt();
+    if (at === undefined) return;
+    this.coalesceTimer = setTimeout(() => {
+      this.coalesceTimer = undefined;
+      const now = Date.now();
+      this.coalescer!.due(now, this.released);
+      for (const d of this.released) this.fanOut(d);
+      this.released.length = 0;
+      this.coalescer!.forget(now - this.cfg.coalesceIntervalMs);
+      this.armCoalesceTimer();
+    }, Math.max(0, at - Date.now()));
+  }
+
+  private fanOut(d: Delivery): void {
     const now = Date.now();
     this.deliveredSinceSweep = true;
     this.lane.beforeNative(d, now);
@@ -584,6 +620,7 @@ class Shard {
     this.stopping = true;
     if (this.sweepTimer !== undefined) clearInterval(this.sweepTimer);
     if (this.laneTimer !== undefined) clearInterval(this.laneTimer);
+    if (this.coalesceTimer !== undefined) clearTimeout(this.coalesceTimer);
     this.closeListenSocket();
     const cfg = this.cfg;
     for (const ws of [...this.sockets]) {

@@ -150,3 +150,27 @@ describe('slow consumers', () => {
       });
   });
 });
+
+describe('coalescing', () => {
+  test('WS_COALESCE_INTERVAL_MS: at most one keyed event per (topic, key) per interval, the newest wins', async () => {
+    await withGateway({ WS_COALESCE_INTERVAL_MS: '200' }, async (gw) => {
+      const sub = await Client.connect(gw.url());
+      const pub = await Client.connect(gw.url());
+      await sub.request({ type: 'join', topic: 'ticks' });
+      const started = Date.now();
+      for (let i = 0; i < 50; i++) await pub.request({ type: 'publish', topic: 'ticks', key: 'BTC', data: { v: i } });
+      const elapsed = Date.now() - started;
+      await sub.next((f) => f.type === 'event' && (f.data as { v: number }).v === 49, 5000).then((f) => sub.frames.push(f));
+      const vs = sub.takeEvents('ticks').map((e) => (e.data as { v: number }).v);
+      assert.equal(vs[0], 0, 'the first one goes at once');
+      assert.equal(vs.at(-1), 49, 'the newest is delivered in the end');
+      assert.ok(vs.length <= Math.ceil(elapsed / 200) + 2, `${vs.length} events in ${elapsed} ms`);
+      assert.ok(vs.length < 50);
+      assert.deepEqual(vs, [...vs].sort((a, b) => a - b));
+      assert.ok((await metricValue(gw, 'sluice_messages_dropped_total', '{reason="superseded"}')) > 0);
+      // Ephemeral and durable events are not held.
+      await pub.request({ type: 'publish', topic: 'ticks', data: 'durable' });
+      assert.equal((await sub.next((f) => f.type === 'event', 1000)).data, 'durable');
+    });
+  });
+});

@@ -147,7 +147,10 @@ class Shard {
         maxCongestedMs: this.cfg.maxCongestedMs,
       },
       { ephemeralDropLen: this.cfg.ephemeralDropQueueLen, slowConsumerLen: this.cfg.slowConsumerQueueLen },
-      (ws, d, reason) => this.closeWith(ws, d, reason, jitter(this.cfg.retryAfterMinMs, this.cfg.retryAfterMaxMs, Math.random)),
+      (ws, d, reason) => {
+        this.log.info({ conn: d.id, ip: d.ip, reason, queued: d.mailbox?.size ?? 0 }, 'closing a socket that reads too slowly');
+        this.closeWith(ws, d, reason, jitter(this.cfg.retryAfterMinMs, this.cfg.retryAfterMaxMs, Math.random));
+      },
     );
     this.coalescer = this.cfg.coalesceIntervalMs > 0 ? new Coalescer<Delivery>(this.cfg.coalesceIntervalMs) : null;
     this.registerMetrics();

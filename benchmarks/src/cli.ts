@@ -1,0 +1,263 @@
+// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|report> [options]`.
+// See benchmarks/README.md for what each command runs and what the columns mean.
+
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { assertNativeUws } from './peers/uws.ts';
+import { machineInfo } from './lib/proc.ts';
+import { takeBenchLock } from './lib/lock.ts';
+import { ALL_TARGETS, gatewayAvailable, type TargetName } from './lib/server.ts';
+import { BENCH_ROOT, REPO_ROOT } from './lib/spawn.ts';
+import { runPump, S1_DEFAULT, S2_DEFAULT, type PumpConfig } from './scenarios/pump.ts';
+import { runFanout, S3_DEFAULT, type FanoutConfig } from './scenarios/fanout.ts';
+import { runConnect, S45_DEFAULT, type ConnectConfig } from './scenarios/connect.ts';
+import type { RunOptions, Sample } from './scenarios/common.ts';
+import { ratios, rows } from './report/summary.ts';
+import { checkGates, checkGoals } from './report/gates.ts';
+import { gatesTable, goalsTable, methodSection, ratiosTable, renderSvg, rowsTables, type RunRecord, type SluiceBuild } from './report/render.ts';
+
+const USAGE = `usage: cli.ts <command> [options]
+commands:
+  all        S1, S2, S3, S4+S5 against every target; writes runs/*.json, results.md, results.svg
+  ci         short S1 (32 B), S3, S4 against sluice, uws, ws; exits 1 when a gate fails
+  s1 | s2 | s3 | s4 | s5   one scenario alone (s4 and s5 share one connect run)
+  report <run.json>        rewrite results.md and results.svg from a saved run
+options:
+  --targets a,b      subset of ${ALL_TARGETS.join(',')}
+  --repeats n        repeats per target (interleaved)
+  --measure-ms n     measurement window (S1-S3)
+  --warmup-ms n      warm-up before the window (S1-S3)
+  --procs n          load-generator processes (S3: subscriber processes)
+  --sockets n        sockets (S1, S2, S4/S5)
+  --subscribers n    subscribers (S3)
+  --sizes a,b        payload sizes in bytes (S1)
+  --depth n          frames in flight per socket (S1, S2) or acks in flight (S3)
+  --concurrency n    handshakes in flight per generator process (S4/S5)
+  --window n         publishes the S3 publisher may run ahead of the slowest subscriber
+  --ephemeral        publish the ephemeral class instead of durable
+  --no-report        (all) do not rewrite results.md / results.svg`;
+
+interface Cli {
+  command: string;
+  positionals: string[];
+  values: {
+    targets?: string; repeats?: string; 'measure-ms'?: string; 'warmup-ms'?: string; procs?: string; sockets?: string;
+    subscribers?: string; window?: string; sizes?: string; depth?: string; concurrency?: string; ephemeral?: boolean; 'no-report'?: boolean; help?: boolean;
+  };
+}
+
+function parse(): Cli {
+  const { positionals, values } = parseArgs({
+    allowPositionals: true,
+    options: {
+      targets: { type: 'string' }, repeats: { type: 'string' }, 'measure-ms': { type: 'string' }, 'warmup-ms': { type: 'string' },
+      procs: { type: 'string' }, sockets: { type: 'string' }, subscribers: { type: 'string' }, window: { type: 'string' }, sizes: { type: 'string' },
+      depth: { type: 'string' }, concurrency: { type: 'string' }, ephemeral: { type: 'boolean' }, 'no-report': { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  const [command = '', ...rest] = positionals;
+  return { command, positionals: rest, values };
+}
+
+function int(v: string | undefined, name: string): number | undefined {
+  if (v === undefined) return undefined;
+  if (!/^\d+$/.test(v) || Number(v) <= 0) throw new Error(`--${name} wants a positive integer, got ${JSON.stringify(v)}`);
+  return Number(v);
+}
+
+function targetsOf(v: string | undefined, fallback: readonly TargetName[]): TargetName[] {
+  if (v === undefined) return [...fallback];
+  const list = v.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  for (const t of list) if (!(ALL_TARGETS as readonly string[]).includes(t)) throw new Error(`unknown target ${t}; known: ${ALL_TARGETS.join(', ')}`);
+  return list as TargetName[];
+}
+
+function sluiceBuild(): SluiceBuild {
+  try {
+    const commit = execFileSync('git', ['-C', REPO_ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['-C', REPO_ROOT, 'status', '--porcelain', '--', 'apps', 'packages'], { encoding: 'utf8' });
+    return { commit, dirtyFiles: dirty.split('\n').filter((l) => l.trim() !== '').length };
+  } catch {
+    return { commit: 'unknown', dirtyFiles: 0 };
+  }
+}
+
+/** The build a run measured; flagged when commits or edits landed while it ran (tsx reads sources at each server start). */
+function sameBuild(a: SluiceBuild, b: SluiceBuild): SluiceBuild {
+  if (a.commit === b.commit && a.dirtyFiles === b.dirtyFiles) return a;
+  return { ...a, changedDuringRun: `${b.commit}${b.dirtyFiles > 0 ? ` + ${b.dirtyFiles} uncommitted files` : ''} at the end` };
+}
+
+const MARK_START = '<!-- generated: start (pnpm bench rewrites everything between these markers) -->';
+const MARK_END = '<!-- generated: end -->';
+
+function writeReport(rec: RunRecord, runFile: string): void {
+  const generated = [
+    MARK_START,
+    '## Method',
+    '',
+    methodSection(rec),
+    '',
+    '## Ratios Sluice/peer',
+    '',
+    'Per server-CPU-second where the metric is a rate; a cost ratio (memory, CPU per upgrade, p99) below 1 means Sluice spends less.',
+    '',
+    ratiosTable(rec.ratios),
+    '',
+    '![Sluice vs peers](results.svg)',
+    '',
+    '## Goals',
+    '',
+    goalsTable(rec.goals),
+    '',
+    '## Medians per target',
+    '',
+    rowsTables(rec.rows),
+    '',
+    `Source: \`${runFile}\`.`,
+    MARK_END,
+  ].join('\n');
+  const path = join(BENCH_ROOT, 'results.md');
+  let text: string;
+  if (existsSync(path)) {
+    const old = readFileSync(path, 'utf8');
+    const a = old.indexOf(MARK_START);
+    const b = old.indexOf(MARK_END);
+    text = a !== -1 && b > a ? old.slice(0, a) + generated + old.slice(b + MARK_END.length) : `${old.trimEnd()}\n\n${generated}\n`;
+  } else {
+    text = `# Sluice benchmark results\n\n${generated}\n`;
+  }
+  writeFileSync(path, text);
+  writeFileSync(join(BENCH_ROOT, 'results.svg'), renderSvg(rec));
+}
+
+async function main(): Promise<number> {
+  const cli = parse();
+  if (cli.values.help === true || cli.command === '') { process.stdout.write(`${USAGE}\n`); return cli.command === '' ? 2 : 0; }
+  const v = cli.values;
+
+  if (cli.command === 'report') {
+    const file = cli.positionals[0];
+    if (file === undefined) throw new Error('report wants a run JSON file');
+    const rec = JSON.parse(readFileSync(file, 'utf8')) as RunRecord;
+    writeReport(rec, `benchmarks/runs/${basename(file)}`);
+    process.stdout.write(`rewrote results.md and results.svg from ${file}\n`);
+    return 0;
+  }
+
+  assertNativeUws();
+  const isCi = cli.command === 'ci';
+  const scenarios = isCi ? ['s1', 's3', 's4'] : cli.command === 'all' ? ['s1', 's2', 's3', 's45'] : [cli.command];
+  for (const s of scenarios) if (!['s1', 's2', 's3', 's4', 's5', 's45'].includes(s)) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
+  const defaultTargets: readonly TargetName[] = isCi ? ['sluice', 'uws', 'ws'] : ALL_TARGETS;
+  let targets = targetsOf(v.targets, defaultTargets);
+  if (!gatewayAvailable() && targets.some((t) => t.startsWith('sluice'))) {
+    if (isCi) throw new Error('apps/gateway/src/main.ts does not exist: the CI gate needs the gateway');
+    process.stderr.write('apps/gateway/src/main.ts does not exist yet: running the peers only\n');
+    targets = targets.filter((t) => !t.startsWith('sluice'));
+  }
+  const repeats = int(v.repeats, 'repeats') ?? 3;
+  const measureMs = int(v['measure-ms'], 'measure-ms') ?? (isCi ? 2000 : 3000);
+  const warmupMs = int(v['warmup-ms'], 'warmup-ms') ?? 1000;
+  const procs = int(v.procs, 'procs');
+  const depth = int(v.depth, 'depth');
+  const sockets = int(v.sockets, 'sockets');
+  const ephemeral = v.ephemeral === true;
+
+  const s1: PumpConfig = {
+    ...S1_DEFAULT, measureMs, warmupMs, ephemeral,
+    sizes: v.sizes !== undefined ? v.sizes.split(',').map((x) => int(x, 'sizes')!) : isCi ? [32] : S1_DEFAULT.sizes,
+    ...(procs !== undefined ? { procs } : {}), ...(depth !== undefined ? { depth } : {}), ...(sockets !== undefined ? { sockets } : {}),
+  };
+  const s2: PumpConfig = {
+    ...S2_DEFAULT, measureMs, warmupMs, ephemeral,
+    ...(procs !== undefined ? { procs } : {}), ...(depth !== undefined ? { depth } : {}), ...(sockets !== undefined ? { sockets } : {}),
+  };
+  const s3: FanoutConfig = {
+    ...S3_DEFAULT, measureMs, warmupMs, ephemeral,
+    ...(procs !== undefined ? { procs } : {}), ...(depth !== undefined ? { depth } : {}),
+    ...(int(v.subscribers, 'subscribers') !== undefined ? { subscribers: int(v.subscribers, 'subscribers')! } : {}),
+    ...(int(v.window, 'window') !== undefined ? { window: int(v.window, 'window')! } : {}),
+  };
+  const which: ConnectConfig['which'] = cli.command === 's4' ? ['S4'] : cli.command === 's5' ? ['S5'] : ['S4', 'S5'];
+  const s45: ConnectConfig = {
+    ...S45_DEFAULT, which,
+    ...(procs !== undefined ? { procs } : {}), ...(sockets !== undefined ? { sockets } : {}),
+    ...(int(v.concurrency, 'concurrency') !== undefined ? { concurrency: int(v.concurrency, 'concurrency')! } : {}),
+  };
+
+  const startedAt = new Date().toISOString();
+  const buildAtStart = sluiceBuild();
+  const t0 = performance.now();
+  const log = (line: string): void => { process.stdout.write(`[${((performance.now() - t0) / 1000).toFixed(0).padStart(4)}s] ${line}\n`); };
+  const opts: RunOptions = { targets, repeats, log };
+  const release = await takeBenchLock(join(BENCH_ROOT, 'runs', '.lock'), 15 * 60_000, log);
+  const samples: Sample[] = [];
+  const used: Record<string, unknown> = {};
+  for (const s of scenarios) {
+    if (s === 's1') { log(`S1: ${JSON.stringify(s1)}`); used['S1'] = s1; samples.push(...await runPump(opts, s1)); }
+    if (s === 's2') { log(`S2: ${JSON.stringify(s2)}`); used['S2'] = s2; samples.push(...await runPump(opts, s2)); }
+    if (s === 's3') { log(`S3: ${JSON.stringify(s3)}`); used['S3'] = s3; samples.push(...await runFanout(opts, s3)); }
+    if (s === 's4' || s === 's5' || s === 's45') {
+      const cfg = isCi ? { ...s45, which: ['S4'] as const } : s45;
+      log(`S4/S5: ${JSON.stringify(cfg)}`);
+      used['S4/S5'] = cfg;
+      samples.push(...await runConnect(opts, cfg));
+    }
+  }
+
+  release();
+  const rowsList = rows(samples);
+  const ratiosList = ratios(samples);
+  const rec: RunRecord = {
+    command: cli.command,
+    startedAt,
+    finishedAt: new Date().toISOString(),
+    machine: machineInfo(),
+    sluiceBuild: sameBuild(buildAtStart, sluiceBuild()),
+    config: { targets, repeats, scenarios: used },
+    samples,
+    rows: rowsList,
+    ratios: ratiosList,
+    goals: checkGoals(rowsList, ratiosList, samples),
+  };
+  if (isCi) rec.gates = checkGates(ratiosList);
+
+  const runsDir = join(BENCH_ROOT, 'runs');
+  mkdirSync(runsDir, { recursive: true });
+  const runFile = join(runsDir, `${startedAt.replace(/[:.]/g, '-')}-${cli.command}.json`);
+  writeFileSync(runFile, `${JSON.stringify(rec, null, 1)}\n`);
+
+  const out = [
+    '', rowsTables(rowsList), '', '### Ratios Sluice/peer', '', ratiosTable(ratiosList), '', '### Goals', '', goalsTable(rec.goals), '',
+  ];
+  if (rec.gates !== undefined) out.push('### CI gates', '', gatesTable(rec.gates), '');
+  out.push(`run record: ${runFile}`, `took ${((performance.now() - t0) / 1000).toFixed(0)} s`, '');
+  process.stdout.write(out.join('\n'));
+
+  if (cli.command === 'all' && v['no-report'] !== true) {
+    writeReport(rec, `benchmarks/runs/${basename(runFile)}`);
+    process.stdout.write('rewrote benchmarks/results.md and benchmarks/results.svg\n');
+  }
+  if (rec.gates !== undefined) {
+    const failed = rec.gates.filter((g) => !g.pass);
+    if (failed.length > 0) {
+      process.stdout.write(`CI gate FAILED: ${failed.map((g) => `${g.gate.scenario} ${g.gate.variant} measured ${g.measured.toFixed(2)}x, gate ${g.gate.kind === 'min' ? '>=' : '<='} ${g.gate.value}x`).join('; ')}\n`);
+      return 1;
+    }
+    process.stdout.write('CI gates passed\n');
+  }
+  return 0;
+}
+
+main().then(
+  (code) => { process.exitCode = code; },
+  (err: unknown) => {
+    process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
+    // A run that could not measure is not a gate verdict, but CI must still see it fail.
+    process.exitCode = 1;
+  },
+);

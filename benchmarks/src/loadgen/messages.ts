@@ -1,0 +1,62 @@
+// Messages between the orchestrator and its load-generator processes.
+
+import type { Target } from '../lib/conn.ts';
+
+export type Request =
+  /** Open `count` sockets, `concurrency` handshakes at a time, socket i from sources[i % sources.length]. */
+  | { op: 'connect'; target: Target; count: number; idBase: number; sources: string[]; concurrency: number; timeoutMs: number }
+  /** Every ready socket joins `topic`, or its own topic `bench.<id>` when topic is null. */
+  | { op: 'join'; topic: string | null; timeoutMs: number }
+  /** Closed loop on every socket: `depth` publishes in flight to the socket's own topic, counted at the reply. */
+  | { op: 'pump'; depth: number; size: number; ephemeral: boolean }
+  /** Count and check events of the fan-out sequence on every socket; report progress. */
+  | { op: 'track' }
+  /** The first socket publishes the fan-out sequence: `depth` acks in flight, never past the credit. */
+  | { op: 'publish'; topic: string; depth: number; size: number; ephemeral: boolean; credit: number }
+  | { op: 'credit'; upTo: number }
+  | { op: 'mark' }
+  /** Stop sending; wait up to timeoutMs for outstanding replies. */
+  | { op: 'stop'; timeoutMs: number }
+  /** Close every socket and forget the scenario state. */
+  | { op: 'reset' }
+  | { op: 'exit' };
+
+export interface ConnectResult {
+  ready: number;
+  failed: number;
+  reasons: Record<string, number>;
+  /** Connect-to-ready time (TCP connect, upgrade, first frame), us, HDR base64. */
+  hist: string;
+  elapsedMs: number;
+}
+
+export interface JoinResult {
+  joined: number;
+  errors: number;
+  elapsedMs: number;
+}
+
+/** Counters are cumulative since the scenario started; `hist` covers the time since the previous mark. */
+export interface MarkResult {
+  replies: number;
+  replyErrors: number;
+  events: number;
+  publishes: number;
+  gaps: number;
+  duplicates: number;
+  closed: number;
+  closeReasons: Record<string, number>;
+  hist: string;
+  /** Fan-out tracking: lowest and highest last sequence over ready sockets, sockets that saw none. */
+  seqMin: number;
+  seqMax: number;
+  seqNone: number;
+}
+
+export interface StopResult {
+  outstanding: number;
+}
+
+export type Envelope = { id: number; req: Request };
+export type Response = { id: number; ok: true; result: unknown } | { id: number; ok: false; error: string };
+export type ChildEvent = { event: 'hello'; pid: number } | { event: 'progress'; full: number };

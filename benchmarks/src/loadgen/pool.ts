@@ -1,0 +1,127 @@
+// The orchestrator's side of the load-generator processes.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { REPO_ROOT, shellWithFileLimit } from '../lib/spawn.ts';
+import { cpuSeconds } from '../lib/proc.ts';
+import type { ChildEvent, Envelope, Request, Response } from './messages.ts';
+
+const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
+
+interface Pending {
+  resolve(v: unknown): void;
+  reject(e: Error): void;
+  timer: NodeJS.Timeout;
+}
+
+export class LoadProc {
+  private nextId = 1;
+  private readonly pending = new Map<number, Pending>();
+  progress: ((full: number) => void) | null = null;
+  exited = false;
+
+  private constructor(readonly index: number, readonly proc: ChildProcess, readonly pid: number) {
+    proc.on('message', (m: Response | ChildEvent) => {
+      if ('event' in m) {
+        if (m.event === 'progress') this.progress?.(m.full);
+        return;
+      }
+      const p = this.pending.get(m.id);
+      if (p === undefined) return;
+      this.pending.delete(m.id);
+      clearTimeout(p.timer);
+      if (m.ok) p.resolve(m.result); else p.reject(new Error(`loadgen ${index}: ${m.error}`));
+    });
+    proc.on('exit', (code, signal) => {
+      this.exited = true;
+      for (const [id, p] of this.pending) {
+        clearTimeout(p.timer);
+        p.reject(new Error(`loadgen ${index} exited (${code ?? signal}) during request ${id}`));
+      }
+      this.pending.clear();
+    });
+  }
+
+  static start(index: number, lifetimeMs: number): Promise<LoadProc> {
+    const proc = spawn('/bin/sh', shellWithFileLimit([process.execPath, '--import', 'tsx', CHILD]), {
+      cwd: REPO_ROOT,
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      env: { ...process.env, LOADGEN_LIFETIME_MS: String(lifetimeMs) },
+    });
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('loadgen did not start in 30 s')); }, 30_000);
+      proc.once('error', (e) => { clearTimeout(timer); reject(e); });
+      proc.once('exit', (code) => { clearTimeout(timer); reject(new Error(`loadgen exited at start (${code})`)); });
+      proc.once('message', (m: ChildEvent) => {
+        clearTimeout(timer);
+        if ('event' in m && m.event === 'hello') resolve(new LoadProc(index, proc, m.pid));
+        else reject(new Error('loadgen said something else than hello'));
+      });
+    });
+  }
+
+  call<T>(req: Request, timeoutMs = 60_000): Promise<T> {
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new Error(`loadgen ${this.index}: ${req.op} got no answer in ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
+      const env: Envelope = { id, req };
+      this.proc.send(env);
+    });
+  }
+
+  /** Fire and forget (credits). */
+  tell(req: Request): void {
+    this.proc.send({ id: 0, req } satisfies Envelope);
+  }
+
+  cpuSeconds(): number {
+    return this.exited ? 0 : cpuSeconds(this.pid);
+  }
+
+  async exit(): Promise<void> {
+    if (this.exited) return;
+    const gone = new Promise<void>((r) => this.proc.once('exit', () => r()));
+    try { await this.call({ op: 'exit' }, 5_000); } catch { /* it may be gone already; the kill below makes sure */ }
+    const timer = setTimeout(() => { if (!this.exited) process.kill(this.pid, 'SIGKILL'); }, 5_000);
+    await gone;
+    clearTimeout(timer);
+  }
+}
+
+export class LoadPool {
+  private constructor(readonly procs: LoadProc[]) {}
+
+  static async start(n: number, lifetimeMs: number): Promise<LoadPool> {
+    const procs = await Promise.all(Array.from({ length: n }, (_, i) => LoadProc.start(i, lifetimeMs)));
+    return new LoadPool(procs);
+  }
+
+  get size(): number {
+    return this.procs.length;
+  }
+
+  all<T>(req: (p: LoadProc) => Request | null, timeoutMs?: number): Promise<T[]> {
+    return Promise.all(this.procs.flatMap((p) => {
+      const r = req(p);
+      return r === null ? [] : [p.call<T>(r, timeoutMs)];
+    }));
+  }
+
+  cpuSeconds(): number[] {
+    return this.procs.map((p) => p.cpuSeconds());
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.procs.map((p) => p.exit()));
+  }
+}
+
+/** Splits `total` into `parts` near-equal counts. */
+export function split(total: number, parts: number): number[] {
+  const base = Math.floor(total / parts);
+  return Array.from({ length: parts }, (_, i) => base + (i < total % parts ? 1 : 0));
+}

@@ -1,0 +1,28 @@
+// Starts one peer as its own process: `node --import tsx src/peers/main.ts <uws|ws|sio>`.
+// Env PORT (0 = any free port), HOST (default 127.0.0.1). Prints one JSON line
+// {"msg":"peer ready","port":N} like the gateway's ready line; exits 0 on SIGTERM.
+
+import { startUwsPeer } from './uws.ts';
+import { startWsPeer } from './ws.ts';
+import { startSioPeer } from './sio.ts';
+import type { PeerHandle } from './common.ts';
+
+const kind = process.argv[2];
+const port = Number(process.env['PORT'] ?? '0');
+const host = process.env['HOST'] ?? '127.0.0.1';
+const starters: Record<string, (port: number, host: string) => Promise<PeerHandle>> = {
+  uws: startUwsPeer,
+  ws: startWsPeer,
+  sio: startSioPeer,
+};
+const start = kind === undefined ? undefined : starters[kind];
+if (start === undefined || !Number.isInteger(port)) {
+  process.stderr.write(`usage: PORT=<port> main.ts <${Object.keys(starters).join('|')}>\n`);
+  process.exit(2);
+}
+
+const peer = await start(port, host);
+process.stdout.write(`${JSON.stringify({ msg: 'peer ready', peer: kind, port: peer.port, pid: process.pid })}\n`);
+process.once('SIGTERM', () => {
+  void peer.close().then(() => process.exit(0));
+});

@@ -1,0 +1,58 @@
+// Raw uWebSockets.js peer: the ceiling for this stack. One thread. Topics are
+// uWS topics; a publish is answered with a reply, then the event goes to every
+// subscriber of the topic (ws.publish for the others, ws.send for the sender).
+
+import uWS from 'uWebSockets.js';
+import { BAD_REQUEST, StallGauge, WELCOME, idGenerator, parseClientFrame, replyOk, statsJson, type PeerHandle } from './common.ts';
+
+export function assertNativeUws(): void {
+  if (!/\[native code\]/.test(String(uWS.App))) {
+    throw new Error('uWebSockets.js loaded its JavaScript fallback, not the native binary: refusing to benchmark it');
+  }
+}
+
+export function startUwsPeer(port: number, host = '127.0.0.1'): Promise<PeerHandle> {
+  assertNativeUws();
+  const gauge = new StallGauge();
+  const nextId = idGenerator();
+  const decoder = new TextDecoder();
+  const app = uWS.App();
+  app.ws<Record<string, never>>('/ws', {
+    compression: uWS.DISABLED,
+    maxPayloadLength: 1024 * 1024,
+    maxBackpressure: 1024 * 1024,
+    idleTimeout: 0,
+    open: (ws) => { ws.send(WELCOME, false); },
+    message: (ws, msg, isBinary) => {
+      const f = isBinary ? undefined : parseClientFrame(decoder.decode(msg));
+      if (f === undefined) { ws.send(BAD_REQUEST, false); return; }
+      if (f.type === 'join') {
+        ws.subscribe(f.topic);
+        ws.send(replyOk(f.ref, {}), false);
+        return;
+      }
+      const id = nextId();
+      const event = JSON.stringify({ type: 'event', topic: f.topic, id, data: f.data });
+      ws.send(replyOk(f.ref, { id }), false);
+      // Every subscriber gets the event, the sender included. Not app.publish:
+      // called inside a message handler it uncorks the sender, and every
+      // frame after it costs its own send() (measured here: 80k vs 260k
+      // publishes per server-CPU-second in S1).
+      ws.publish(f.topic, event, false);
+      if (ws.isSubscribed(f.topic)) ws.send(event, false);
+    },
+  });
+  app.get('/stats', (res) => { res.writeHeader('content-type', 'application/json').end(statsJson(gauge)); });
+  return new Promise((resolve, reject) => {
+    app.listen(host, port, (listenSocket) => {
+      if (listenSocket === false) { reject(new Error(`uws peer cannot listen on ${host}:${port}`)); return; }
+      resolve({
+        port: uWS.us_socket_local_port(listenSocket),
+        close: async () => {
+          uWS.us_listen_socket_close(listenSocket);
+          gauge.stop();
+        },
+      });
+    });
+  });
+}

@@ -1,0 +1,106 @@
+// Goals (what Sluice is held to) and CI gates (what fails the build today).
+// Every gate compares Sluice (WS_WORKERS=2, the shipped default on this
+// 2-core machine) with `ws` measured in the same run, so a slower or busier
+// CI machine moves both sides alike. A gate starts below today's measured
+// ratio by a margin for noise and moves up towards its goal as Sluice gets
+// faster; the goal stands beside each gate.
+
+import type { TargetName } from '../lib/server.ts';
+import type { ScenarioId } from '../scenarios/common.ts';
+import { median, type Ratio, type Row } from './summary.ts';
+import type { Sample } from '../scenarios/common.ts';
+
+export interface Goal {
+  scenario: ScenarioId;
+  /** Against which peer; null for an absolute goal. */
+  peer: TargetName | null;
+  /** 'min': ratio (or value) must be at least `value`; 'max': at most. */
+  kind: 'min' | 'max';
+  value: number;
+  text: string;
+  /** For absolute goals: which number of a row it reads. */
+  field?: 'rssPerSocketBytes' | 'stallMaxMs';
+}
+
+/** The goals of issue 3, per server-CPU-second and measured in the same run. */
+export const GOALS: readonly Goal[] = [
+  { scenario: 'S1', peer: 'uws', kind: 'min', value: 0.6, text: 'S1 msgs/server-CPU-s >= 0.6x raw uWS' },
+  { scenario: 'S1', peer: 'ws', kind: 'min', value: 3, text: 'S1 msgs/server-CPU-s >= 3x ws' },
+  { scenario: 'S1', peer: 'sio', kind: 'min', value: 5, text: 'S1 msgs/server-CPU-s >= 5x Socket.IO' },
+  { scenario: 'S3', peer: 'uws', kind: 'min', value: 0.7, text: 'S3 deliveries/server-CPU-s >= 0.7x raw uWS' },
+  { scenario: 'S3', peer: 'ws', kind: 'min', value: 5, text: 'S3 deliveries/server-CPU-s >= 5x ws' },
+  { scenario: 'S4', peer: null, kind: 'max', value: 3072, field: 'rssPerSocketBytes', text: 'S4 RSS per idle socket <= 3 KiB' },
+  { scenario: 'S5', peer: 'uws', kind: 'max', value: 2.5, text: 'S5 server CPU per upgrade <= 2.5x raw uWS' },
+  { scenario: 'S5', peer: null, kind: 'max', value: 50, field: 'stallMaxMs', text: 'S5 longest event-loop stall <= 50 ms' },
+];
+
+export interface Gate {
+  scenario: ScenarioId;
+  variant: string;
+  kind: 'min' | 'max';
+  /** Sluice / ws, same run, median over repeats. */
+  value: number;
+  goal: string;
+  why: string;
+}
+
+/**
+ * Calibrated on this machine (2 cores, Node 20.20) with the gateway at
+ * 86fe58f to 5149bbc: per-repeat ratios Sluice/ws over three `all` runs and
+ * one `ci` run (12 repeats) were S1 32 B 2.27 to 3.28, S3 9.4 to 11.9, S4
+ * 0.18 to 0.31. Each gate sits about 25% beyond the worst repeat, so noise
+ * alone does not fail it and a regression of that size does. Raise a gate
+ * when Sluice gets faster; the goals are in GOALS above.
+ */
+export const GATES: readonly Gate[] = [
+  { scenario: 'S1', variant: '32B', kind: 'min', value: 1.7, goal: '>= 3x ws (S1 goal)', why: '2.27 to 3.28 (86fe58f..5149bbc)' },
+  { scenario: 'S3', variant: '64B', kind: 'min', value: 7.0, goal: '>= 5x ws (S3 goal, met)', why: '9.4 to 11.9 (86fe58f..5149bbc)' },
+  { scenario: 'S4', variant: '15000 idle', kind: 'max', value: 0.4, goal: '<= 3 KiB per socket, absolute (S4 goal, met)', why: '0.18 to 0.31 (86fe58f..5149bbc)' },
+];
+
+export interface GateResult {
+  gate: Gate;
+  measured: number;
+  pairs: number;
+  pass: boolean;
+}
+
+export function checkGates(ratiosList: readonly Ratio[], gates: readonly Gate[] = GATES): GateResult[] {
+  return gates.map((gate) => {
+    const r = ratiosList.find((x) => x.scenario === gate.scenario && x.variant === gate.variant && x.sluice === 'sluice' && x.peer === 'ws');
+    const measured = r?.value ?? NaN;
+    const pass = Number.isFinite(measured) && (gate.kind === 'min' ? measured >= gate.value : measured <= gate.value);
+    return { gate, measured, pairs: r?.pairs ?? 0, pass };
+  });
+}
+
+export interface GoalResult {
+  goal: Goal;
+  sluice: TargetName;
+  measured: number;
+  met: boolean | null;
+}
+
+export function checkGoals(rowsList: readonly Row[], ratiosList: readonly Ratio[], samples: readonly Sample[]): GoalResult[] {
+  const out: GoalResult[] = [];
+  for (const sluice of ['sluice', 'sluice-w1'] as const) {
+    if (!samples.some((s) => s.target === sluice)) continue;
+    for (const goal of GOALS) {
+      let measured: number;
+      if (goal.peer !== null) {
+        const rs = ratiosList.filter((r) => r.scenario === goal.scenario && r.sluice === sluice && r.peer === goal.peer);
+        if (rs.length === 0) continue;
+        // Several variants (S1: 32 B and 1 KB): the goal holds only if it holds for the worst.
+        const vals = rs.map((r) => r.value);
+        measured = goal.kind === 'min' ? Math.min(...vals) : Math.max(...vals);
+      } else {
+        const rw = rowsList.filter((r) => r.scenario === goal.scenario && r.target === sluice);
+        if (rw.length === 0) continue;
+        measured = median(rw.map((r) => r[goal.field!]));
+      }
+      const met = Number.isFinite(measured) ? (goal.kind === 'min' ? measured >= goal.value : measured <= goal.value) : null;
+      out.push({ goal, sluice, measured, met });
+    }
+  }
+  return out;
+}

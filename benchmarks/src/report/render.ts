@@ -1,0 +1,180 @@
+// Tables for the terminal and results.md, and the SVG chart of the ratios.
+
+import { TARGETS, type TargetName } from '../lib/server.ts';
+import { fmtBytes, fmtInt, fmtUs, type Sample, type ScenarioId } from '../scenarios/common.ts';
+import type { MachineInfo } from '../lib/proc.ts';
+import { GOALS, type GateResult, type GoalResult } from './gates.ts';
+import { HEADLINE, type Ratio, type Row } from './summary.ts';
+
+export interface SluiceBuild {
+  commit: string;
+  dirtyFiles: number;
+  /** Set when the working tree changed between the start and the end of the run. */
+  changedDuringRun?: string;
+}
+
+export interface RunRecord {
+  command: string;
+  startedAt: string;
+  finishedAt: string;
+  machine: MachineInfo;
+  sluiceBuild: SluiceBuild;
+  config: Record<string, unknown>;
+  samples: Sample[];
+  rows: Row[];
+  ratios: Ratio[];
+  goals: GoalResult[];
+  gates?: GateResult[];
+}
+
+const PEER_LABEL: Record<TargetName, string> = { sluice: 'Sluice (2 workers)', 'sluice-w1': 'Sluice (1 worker)', uws: 'raw uWS', ws: 'ws', sio: 'Socket.IO' };
+
+function fmtRatio(r: number): string {
+  return Number.isFinite(r) ? `${r.toFixed(2)}x` : 'n/a';
+}
+
+function pct(cores: number): string {
+  return Number.isFinite(cores) ? `${(cores * 100).toFixed(0)}%` : 'n/a';
+}
+
+function fmtMs(ms: number): string {
+  return Number.isFinite(ms) ? `${ms.toFixed(0)} ms` : 'n/a';
+}
+
+function table(head: string[], body: string[][]): string {
+  const lines = [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`];
+  for (const r of body) lines.push(`| ${r.join(' | ')} |`);
+  return lines.join('\n');
+}
+
+const SCENARIO_TITLE: Record<ScenarioId, string> = {
+  S1: 'S1 publish-ack throughput',
+  S2: 'S2 latency, one frame in flight',
+  S3: 'S3 fan-out',
+  S4: 'S4 idle memory',
+  S5: 'S5 upgrade storm',
+};
+
+/** One table per scenario with every target's medians; used by the terminal and results.md. */
+export function rowsTables(rowsList: readonly Row[]): string {
+  const parts: string[] = [];
+  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5'] as const) {
+    const rs = rowsList.filter((r) => r.scenario === sc);
+    if (rs.length === 0) continue;
+    parts.push(`### ${SCENARIO_TITLE[sc]}`);
+    const status = (r: Row): string => (r.ok === r.runs ? `${r.ok}/${r.runs}` : `${r.ok}/${r.runs} (${r.errors.join('; ').slice(0, 160)})`);
+    if (sc === 'S1' || sc === 'S2' || sc === 'S3') {
+      const unit = sc === 'S3' ? 'deliveries' : 'msgs';
+      parts.push(table(
+        ['variant', 'target', `${unit}/server-CPU-s`, `${unit}/s`, 'server CPU', 'busiest generator', 'other load', 'bound', 'p50', 'p99', 'p99.9', 'ok runs'],
+        rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtInt(r.perServerCpuS), fmtInt(r.perSec), pct(r.serverUtil),
+          pct(r.clientUtilMax), pct(r.otherUtil), r.bound, fmtUs(r.p50Us), fmtUs(r.p99Us), fmtUs(r.p999Us), status(r)]),
+      ));
+    } else if (sc === 'S4') {
+      parts.push(table(['variant', 'target', 'RSS per idle socket', 'ok runs'],
+        rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtBytes(r.rssPerSocketBytes), status(r)])));
+    } else {
+      parts.push(table(
+        ['variant', 'target', 'server CPU per upgrade', 'upgrades/server-CPU-s', 'connect p99', 'longest stall (max of runs)', 'server CPU', 'busiest generator', 'other load', 'ok runs'],
+        rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtUs(r.cpuPerUpgradeUs), fmtInt(r.perServerCpuS), fmtUs(r.connectP99Us),
+          fmtMs(r.stallMaxMs), pct(r.serverUtil), pct(r.clientUtilMax), pct(r.otherUtil), status(r)]),
+      ));
+    }
+    parts.push('');
+  }
+  return parts.join('\n\n').replace(/\n{3,}/g, '\n\n').trimEnd();
+}
+
+/** Sluice/peer ratios, one row per (scenario, variant, Sluice build). */
+export function ratiosTable(ratiosList: readonly Ratio[]): string {
+  const peers: TargetName[] = ['uws', 'ws', 'sio'];
+  const keys = [...new Set(ratiosList.map((r) => `${r.scenario}|${r.variant}|${r.sluice}`))];
+  const body = keys.map((k) => {
+    const [scenario, variant, sluice] = k.split('|') as [ScenarioId, string, TargetName];
+    const head = HEADLINE[scenario];
+    const cells = peers.map((p) => {
+      const r = ratiosList.find((x) => x.scenario === scenario && x.variant === variant && x.sluice === sluice && x.peer === p);
+      return r === undefined ? '-' : fmtRatio(r.value);
+    });
+    const goals = GOALS.filter((g) => g.scenario === scenario && g.peer !== null).map((g) => `${g.kind === 'min' ? '>=' : '<='} ${g.value}x ${PEER_LABEL[g.peer!]}`);
+    return [`${scenario} ${variant}`, PEER_LABEL[sluice], head.label, head.higherIsBetter ? 'higher' : 'lower', ...cells, goals.join(', ') || '-'];
+  });
+  return table(['scenario', 'Sluice build', 'metric', 'better', 'Sluice/raw uWS', 'Sluice/ws', 'Sluice/Socket.IO', 'goal'], body);
+}
+
+export function goalsTable(goals: readonly GoalResult[]): string {
+  return 'A goal with several variants (S1: 32 B and 1 KB) is held against the worse of them.\n\n' + table(['goal', 'Sluice build', 'measured', 'met'], goals.map((g) => {
+    const v = g.goal.field === 'rssPerSocketBytes' ? fmtBytes(g.measured) : g.goal.field === 'stallMaxMs' ? fmtMs(g.measured) : fmtRatio(g.measured);
+    return [g.goal.text, PEER_LABEL[g.sluice], v, g.met === null ? 'not measured' : g.met ? 'yes' : '**no**'];
+  }));
+}
+
+export function gatesTable(gates: readonly GateResult[]): string {
+  return table(['gate (Sluice 2 workers vs ws, same run)', 'measured', 'gate', 'calibration', 'goal', 'result'], gates.map((g) => [
+    `${g.gate.scenario} ${g.gate.variant}: ${HEADLINE[g.gate.scenario].label}`, `${fmtRatio(g.measured)} (${g.pairs} pairs)`,
+    `${g.gate.kind === 'min' ? '>=' : '<='} ${g.gate.value}x`, g.gate.why, g.gate.goal, g.pass ? 'pass' : 'FAIL',
+  ]));
+}
+
+export function methodSection(rec: RunRecord): string {
+  const m = rec.machine;
+  const cfg = rec.config;
+  const lines = [
+    `Run \`${rec.command}\` from ${rec.startedAt} to ${rec.finishedAt}; raw samples in \`benchmarks/runs/\` (not committed).`,
+    '',
+    `- Machine: ${m.cpuModel}, ${m.cores} cores, ${m.memGiB} GiB, Linux ${m.kernel}, Node ${m.node}. Server and load generator share the ${m.cores} cores; all traffic is loopback.`,
+    `- Sluice build: commit \`${rec.sluiceBuild.commit}\`${rec.sluiceBuild.dirtyFiles > 0 ? ` plus ${rec.sluiceBuild.dirtyFiles} uncommitted files under apps/ and packages/` : ''}${rec.sluiceBuild.changedDuringRun !== undefined ? ` at the start of the run (**changed during the run**: ${rec.sluiceBuild.changedDuringRun})` : ''}, run from source with \`node --import tsx apps/gateway/src/main.ts\`, embedded mode (no Redis), \`LOG_LEVEL=info\`, per-socket, per-tenant and per-IP limits lifted (see src/lib/server.ts); every other setting at its default.`,
+    '- Targets (each its own process, fresh for every measurement, started the same way from the repo root under tsx):',
+    ...Object.values(TARGETS).filter((t) => rec.samples.some((s) => s.target === t.name)).map((t) => `  - ${PEER_LABEL[t.name]}: ${t.describe}`),
+    '- Every peer speaks the Sluice protocol subset the scenarios use (Socket.IO: the same job in its own protocol): on `join` it subscribes the socket and replies; on `publish` it parses the JSON frame, replies with the `ref` and an id, and sends the event `{"type":"event","topic","id","data"}` to every subscriber of the topic, the sender included. raw uWS: `ws.send(reply)`, `ws.publish(topic, event)` for the others and `ws.send(event)` for the sender. ws: `Map<topic, Set<socket>>`, the event serialized once into a Buffer and sent in a loop. Socket.IO: `socket.join(topic)`, the ack callback, `io.to(topic).emit("event", ...)`.',
+    '- Load generator: node:net sockets, pre-built masked frames with fixed-width digit fields patched in place, one write per socket per received chunk, frames split by header only (a reply is told from an event by its first bytes). Timestamps (CLOCK_MONOTONIC, us) travel in the publish `ref`/ack id and in `data.t`; latency is receive time minus that stamp, in HDR histograms merged across processes.',
+    '- CPU: utime+stime of the server process (all its threads) from /proc/<pid>/stat, over the measurement window only (after warm-up). Headline metric: messages per server-CPU-second, which holds up on a shared 2-core machine far better than messages per wall second.',
+    '- `other load`: CPU the rest of the machine used during the window (other processes, interrupts), in % of one core, worst repeat; high values mean wall rates and latencies of that row were disturbed from outside (per-CPU-second figures much less so).',
+    '- `bound`: `client` when the busiest generator process used >= 90% of a core while the server used < 90% of the cores it can use (min(threads, cores)); `server` when the server did; `machine` when neither did but server + generators used >= 90% of all cores; `none` otherwise.',
+    `- Repeats: ${String(cfg['repeats'])}, targets interleaved (order rotated each repeat). Tables show medians over the successful repeats; ratios are the median of per-repeat ratios.`,
+    '- Scenario settings (see README for what each field does):',
+    ...Object.entries((cfg['scenarios'] ?? {}) as Record<string, Record<string, unknown>>).map(([k, v]) =>
+      `  - ${k}: ${Object.entries(v).filter(([f]) => f !== 'scenario').map(([f, x]) => `${f} ${JSON.stringify(x)}`).join(', ')}`),
+    '- S5 stall: the longest event-loop delay since the server started (its start-up and the 300 warm-up upgrades included), sampled every 10 ms, so a reading includes up to 10 ms of sampling interval; the JSON keeps the reading taken just before the storm as `stallMaxMsBefore`.',
+  ];
+  return lines.join('\n');
+}
+
+/** Bars of "Sluice advantage" per ratio: ratio, or 1/ratio where lower is better; log scale; goal ticks. */
+export function renderSvg(rec: RunRecord, sluice: TargetName = 'sluice'): string {
+  const rs = rec.ratios.filter((r) => r.sluice === sluice && Number.isFinite(r.value));
+  const rowH = 22;
+  const left = 250;
+  const width = 880;
+  const plotW = width - left - 70;
+  const top = 56;
+  const height = top + rs.length * rowH + 50;
+  const minX = 0.05;
+  const maxX = 20;
+  const x = (v: number): number => left + (Math.log10(Math.min(maxX, Math.max(minX, v))) - Math.log10(minX)) / (Math.log10(maxX) - Math.log10(minX)) * plotW;
+  const esc = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+  const out: string[] = [];
+  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`);
+  out.push(`<rect width="${width}" height="${height}" fill="white"/>`);
+  out.push(`<text x="10" y="20" font-size="14" font-weight="bold">${esc(`${PEER_LABEL[sluice]} vs peers, same run: Sluice's advantage (log scale; > 1 = Sluice better)`)}</text>`);
+  out.push(`<text x="10" y="38" fill="#555">${esc(`rates: Sluice/peer; costs (memory, CPU per upgrade, p99): peer/Sluice; black tick = goal; ${rec.machine.cores} cores, Node ${rec.machine.node}, ${rec.finishedAt.slice(0, 10)}`)}</text>`);
+  for (const t of [0.1, 0.2, 0.5, 1, 2, 5, 10]) {
+    out.push(`<line x1="${x(t)}" y1="${top - 4}" x2="${x(t)}" y2="${top + rs.length * rowH}" stroke="${t === 1 ? '#333' : '#ddd'}"/>`);
+    out.push(`<text x="${x(t)}" y="${top + rs.length * rowH + 16}" text-anchor="middle" fill="#555">${t}x</text>`);
+  }
+  rs.forEach((r, i) => {
+    const y = top + i * rowH;
+    const adv = r.higherIsBetter ? r.value : 1 / r.value;
+    const goal = GOALS.find((g) => g.scenario === r.scenario && g.peer === r.peer);
+    const goalAdv = goal === undefined ? undefined : r.higherIsBetter ? goal.value : 1 / goal.value;
+    const met = goalAdv === undefined ? adv >= 1 : adv >= goalAdv;
+    out.push(`<text x="${left - 8}" y="${y + 15}" text-anchor="end">${esc(`${r.scenario} ${r.variant} vs ${PEER_LABEL[r.peer]}`)}</text>`);
+    const x0 = x(1);
+    const x1 = x(adv);
+    out.push(`<rect x="${Math.min(x0, x1)}" y="${y + 4}" width="${Math.max(1, Math.abs(x1 - x0))}" height="${rowH - 8}" fill="${met ? '#3a7d44' : '#c0392b'}"/>`);
+    out.push(`<text x="${Math.max(x0, x1) + 4}" y="${y + 15}" fill="#333">${adv.toFixed(2)}x</text>`);
+    if (goalAdv !== undefined) out.push(`<line x1="${x(goalAdv)}" y1="${y + 1}" x2="${x(goalAdv)}" y2="${y + rowH - 1}" stroke="black" stroke-width="2"/>`);
+  });
+  out.push('</svg>');
+  return `${out.join('\n')}\n`;
+}

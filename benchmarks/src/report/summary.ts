@@ -1,0 +1,146 @@
+// From samples to the numbers people read: medians per (scenario, variant,
+// target) and Sluice/peer ratios taken per repeat (both measured minutes
+// apart at most) and then the median over repeats.
+
+import type { Bound, Sample, ScenarioId } from '../scenarios/common.ts';
+import type { TargetName } from '../lib/server.ts';
+
+export function median(xs: readonly number[]): number {
+  const v = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (v.length === 0) return NaN;
+  const m = v.length >> 1;
+  return v.length % 2 === 1 ? v[m]! : (v[m - 1]! + v[m]!) / 2;
+}
+
+/** What one row of a table shows; see README "Columns". */
+export interface Row {
+  scenario: ScenarioId;
+  variant: string;
+  target: TargetName;
+  ok: number;
+  runs: number;
+  perServerCpuS: number;
+  perSec: number;
+  serverUtil: number;
+  clientUtilMax: number;
+  otherUtil: number;
+  bound: Bound | 'mixed';
+  p50Us: number;
+  p99Us: number;
+  p999Us: number;
+  rssPerSocketBytes: number;
+  cpuPerUpgradeUs: number;
+  connectP99Us: number;
+  stallMaxMs: number;
+  errors: string[];
+}
+
+/** The metric a scenario is judged by, and which direction is better. */
+export type HeadlineKey = 'perServerCpuS' | 'p99Us' | 'rssPerSocketBytes' | 'cpuPerUpgradeUs';
+
+export const HEADLINE: Record<ScenarioId, { key: HeadlineKey; higherIsBetter: boolean; label: string }> = {
+  S1: { key: 'perServerCpuS', higherIsBetter: true, label: 'msgs per server-CPU-s' },
+  S2: { key: 'p99Us', higherIsBetter: false, label: 'p99 latency' },
+  S3: { key: 'perServerCpuS', higherIsBetter: true, label: 'deliveries per server-CPU-s' },
+  S4: { key: 'rssPerSocketBytes', higherIsBetter: false, label: 'RSS per idle socket' },
+  S5: { key: 'cpuPerUpgradeUs', higherIsBetter: false, label: 'server CPU per upgrade' },
+};
+
+function extraNum(s: Sample, k: string): number {
+  const v = s.extra[k];
+  return typeof v === 'number' ? v : NaN;
+}
+
+export function metricOf(s: Sample, key: HeadlineKey): number {
+  switch (key) {
+    case 'perServerCpuS': return s.perServerCpuS;
+    case 'p99Us': return s.latency?.p99Us ?? NaN;
+    case 'rssPerSocketBytes': return extraNum(s, 'rssPerSocketBytes');
+    case 'cpuPerUpgradeUs': return extraNum(s, 'cpuPerUpgradeUs');
+  }
+}
+
+export function groupKey(s: { scenario: string; variant: string }): string {
+  return `${s.scenario}|${s.variant}`;
+}
+
+export function rows(samples: readonly Sample[]): Row[] {
+  const groups = new Map<string, Sample[]>();
+  for (const s of samples) {
+    const k = `${groupKey(s)}|${s.target}`;
+    const g = groups.get(k);
+    if (g === undefined) groups.set(k, [s]); else g.push(s);
+  }
+  const out: Row[] = [];
+  for (const g of groups.values()) {
+    const first = g[0]!;
+    const ok = g.filter((s) => s.ok);
+    const bounds = new Set(ok.map((s) => s.bound));
+    const stalls = ok.map((s) => extraNum(s, 'stallMaxMs')).filter(Number.isFinite);
+    out.push({
+      scenario: first.scenario,
+      variant: first.variant,
+      target: first.target,
+      ok: ok.length,
+      runs: g.length,
+      perServerCpuS: median(ok.map((s) => s.perServerCpuS)),
+      perSec: median(ok.map((s) => s.perSec)),
+      serverUtil: median(ok.map((s) => s.serverUtil)),
+      clientUtilMax: median(ok.map((s) => s.clientUtilMax)),
+      // The worst repeat: one noisy repeat is worth knowing about.
+      // (Records written before the column existed have no value: NaN, shown as n/a.)
+      otherUtil: ok.length === 0 ? NaN : Math.max(...ok.map((s) => (typeof s.otherUtil === 'number' ? s.otherUtil : NaN))),
+      bound: bounds.size === 1 ? [...bounds][0]! : 'mixed',
+      p50Us: median(ok.map((s) => s.latency?.p50Us ?? NaN)),
+      p99Us: median(ok.map((s) => s.latency?.p99Us ?? NaN)),
+      p999Us: median(ok.map((s) => s.latency?.p999Us ?? NaN)),
+      rssPerSocketBytes: median(ok.map((s) => extraNum(s, 'rssPerSocketBytes'))),
+      cpuPerUpgradeUs: median(ok.map((s) => extraNum(s, 'cpuPerUpgradeUs'))),
+      connectP99Us: median(ok.map((s) => extraNum(s, 'connectP99Us'))),
+      // The worst stall of any repeat: a goal about "no stall over 50 ms" is about the worst case.
+      stallMaxMs: stalls.length === 0 ? NaN : Math.max(...stalls),
+      errors: [...new Set(g.filter((s) => !s.ok).map((s) => s.error ?? 'failed'))],
+    });
+  }
+  return out;
+}
+
+export interface Ratio {
+  scenario: ScenarioId;
+  variant: string;
+  sluice: TargetName;
+  peer: TargetName;
+  /** Median over repeats of sluice_metric / peer_metric (same repeat). */
+  value: number;
+  pairs: number;
+  higherIsBetter: boolean;
+  metric: string;
+}
+
+export function ratios(samples: readonly Sample[], sluiceTargets: readonly TargetName[] = ['sluice', 'sluice-w1']): Ratio[] {
+  const out: Ratio[] = [];
+  const keys = [...new Set(samples.map(groupKey))];
+  for (const k of keys) {
+    const inGroup = samples.filter((s) => groupKey(s) === k);
+    const scenario = inGroup[0]!.scenario;
+    const variant = inGroup[0]!.variant;
+    const head = HEADLINE[scenario];
+    const peers = [...new Set(inGroup.map((s) => s.target))].filter((t) => !sluiceTargets.includes(t));
+    for (const sl of sluiceTargets) {
+      for (const peer of peers) {
+        const per: number[] = [];
+        for (const a of inGroup.filter((s) => s.target === sl && s.ok)) {
+          const b = inGroup.find((s) => s.target === peer && s.ok && s.repeat === a.repeat);
+          if (b === undefined) continue;
+          const x = metricOf(a, head.key);
+          const y = metricOf(b, head.key);
+          if (Number.isFinite(x) && Number.isFinite(y) && y !== 0) per.push(x / y);
+        }
+        if (inGroup.some((s) => s.target === sl)) {
+          out.push({ scenario, variant, sluice: sl, peer, value: median(per), pairs: per.length, higherIsBetter: head.higherIsBetter, metric: head.label });
+        }
+      }
+    }
+  }
+  return out;
+}

@@ -1,0 +1,98 @@
+// S1 (publish-ack throughput) and S2 (latency): every socket joins its own
+// topic and keeps `depth` publishes in flight to it. The server answers each
+// with a reply and delivers the event back to the sender (its only
+// subscriber). Counted at the reply; latency is now minus the send time
+// carried in the ref.
+
+import type { ConnectResult, JoinResult, StopResult } from '../loadgen/messages.ts';
+import { LoadPool, split } from '../loadgen/pool.ts';
+import type { ServerProc, TargetSpec } from '../lib/server.ts';
+import { classifyBound, diff, interleave, sleep, snapshot, type RunOptions, type Sample, type ScenarioId } from './common.ts';
+
+export interface PumpConfig {
+  scenario: ScenarioId;
+  sockets: number;
+  depth: number;
+  sizes: number[];
+  warmupMs: number;
+  measureMs: number;
+  procs: number;
+  ephemeral: boolean;
+}
+
+export const S1_DEFAULT: PumpConfig = { scenario: 'S1', sockets: 100, depth: 16, sizes: [32, 1024], warmupMs: 1000, measureMs: 3000, procs: 1, ephemeral: false };
+export const S2_DEFAULT: PumpConfig = { scenario: 'S2', sockets: 50, depth: 1, sizes: [32], warmupMs: 1000, measureMs: 3000, procs: 1, ephemeral: false };
+
+export function sizeLabel(size: number): string {
+  return size >= 1024 && size % 1024 === 0 ? `${size / 1024}KB` : `${size}B`;
+}
+
+export async function runPump(opts: RunOptions, cfg: PumpConfig): Promise<Sample[]> {
+  const pool = await LoadPool.start(cfg.procs, 30 * 60_000);
+  try {
+    const keys = cfg.sizes.map((size) => ({ scenario: cfg.scenario, variant: sizeLabel(size) }));
+    return await interleave(opts, keys, async (srv, spec, repeat) => {
+      const out: Sample[] = [];
+      for (const size of cfg.sizes) out.push(await pumpOnce(pool, srv, spec, repeat, size, cfg));
+      return out;
+    });
+  } finally {
+    await pool.close();
+  }
+}
+
+async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, repeat: number, size: number, cfg: PumpConfig): Promise<Sample> {
+  const counts = split(cfg.sockets, pool.size);
+  let base = 0;
+  const bases = counts.map((c) => { const b = base; base += c; return b; });
+  try {
+    const conn = await pool.all<ConnectResult>((p) => ({
+      op: 'connect',
+      target: { host: '127.0.0.1', port: srv.port, proto: spec.proto },
+      count: counts[p.index]!, idBase: bases[p.index]!, sources: ['127.0.0.1'], concurrency: 100, timeoutMs: 15_000,
+    }));
+    const ready = conn.reduce((a, c) => a + c.ready, 0);
+    if (ready < cfg.sockets) throw new Error(`only ${ready}/${cfg.sockets} sockets connected: ${JSON.stringify(conn.map((c) => c.reasons))}`);
+    const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000 }));
+    const joined = joins.reduce((a, j) => a + j.joined, 0);
+    if (joined < cfg.sockets) throw new Error(`only ${joined}/${cfg.sockets} joins succeeded (${joins.reduce((a, j) => a + j.errors, 0)} errors)`);
+    await pool.all(() => ({ op: 'pump', depth: cfg.depth, size, ephemeral: cfg.ephemeral }));
+    await sleep(cfg.warmupMs);
+    const a = await snapshot(srv, pool);
+    await sleep(cfg.measureMs);
+    const b = await snapshot(srv, pool);
+    const stops = await pool.all<StopResult>(() => ({ op: 'stop', timeoutMs: 5_000 }), 10_000);
+    const w = diff(a, b);
+    const outstanding = stops.reduce((x, s) => x + s.outstanding, 0);
+    const count = w.delta.replies;
+    const problems: string[] = [];
+    if (w.delta.replyErrors > 0) problems.push(`${w.delta.replyErrors} error replies`);
+    if (w.delta.closed > 0) problems.push(`${w.delta.closed} sockets closed: ${JSON.stringify(w.closeReasons)}`);
+    if (count === 0) problems.push('no replies in the window');
+    return {
+      scenario: cfg.scenario,
+      variant: sizeLabel(size),
+      target: spec.name,
+      repeat,
+      ok: problems.length === 0,
+      ...(problems.length > 0 ? { error: problems.join('; ') } : {}),
+      count,
+      wallS: w.wallS,
+      serverCpuS: w.serverCpuS,
+      clientCpuS: w.clientCpuS,
+      serverUtil: w.serverUtil,
+      clientUtilMax: Math.max(...w.clientUtils),
+      otherUtil: w.otherUtil,
+      bound: classifyBound(w.serverUtil, w.clientUtils, spec.threads),
+      perSec: count / w.wallS,
+      perServerCpuS: w.serverCpuS > 0 ? count / w.serverCpuS : NaN,
+      latency: w.latency,
+      extra: {
+        sockets: cfg.sockets, depth: cfg.depth, payloadBytes: size, events: w.delta.events,
+        eventsPerReply: count > 0 ? w.delta.events / count : 0, outstandingAtStop: outstanding, ephemeral: cfg.ephemeral,
+      },
+    };
+  } finally {
+    await pool.all(() => ({ op: 'reset' }));
+  }
+}

@@ -58,6 +58,7 @@ interface SocketData extends FixedWindowState, LaneData {
   congestedSince: number;
   /** The socket's mailbox while it is in the slow lane. */
   mailbox: Mailbox<MailItem> | null;
+  unsent: number;
 }
 
 type Socket = WebSocket<SocketData>;
@@ -243,6 +244,7 @@ class Shard {
       topics: null,
       congestedSince: -1,
       mailbox: null,
+      unsent: 0,
       windowStart: 0,
       windowCount: 0,
     };
@@ -563,7 +565,11 @@ class Shard {
   private fanOut(d: Delivery): void {
     const now = Date.now();
     this.deliveredSinceSweep = true;
-    this.lane.beforeNative(d, now);
+    const buffering = this.lane.beforeNative(d, now);
+    // Native subscribers with nothing unsent get the event written to the
+    // kernel when uWS drains its topic queue at the end of this turn; those
+    // with unsent bytes are counted when their buffer empties.
+    this.lane.counters.sent += this.app.numSubscribers(d.topic) - buffering;
     this.app.publish(d.topic, d.frame, false, false);
     this.lane.deliver(d, now);
     const recs = this.recoveries.get(d.topic);
@@ -587,6 +593,7 @@ class Shard {
       if (!d.open) continue;
       const b = ws.getBufferedAmount();
       buffered += b;
+      this.lane.settle(ws, d, b);
       this.lane.check(ws, d, now);
       if (d.open) this.lane.watchIf(ws, b);
     }
@@ -682,6 +689,9 @@ class Shard {
     counterFrom(r, 'sluice_upgrades_total', 'WebSocket upgrades, by outcome.', 'outcome', () => this.m.upgrades);
     counterFrom(r, 'sluice_clients_closed_total', 'Sockets the server closed, by reason.', 'reason', () => this.m.closes);
     gaugeFrom(r, 'sluice_connected_sockets', 'Open WebSocket connections.', () => this.sockets.size);
+    counterFrom(r, 'sluice_messages_sent_total',
+      'Events written to the kernel for a socket; an event uWS had to buffer counts once that socket\'s buffer is empty.',
+      undefined, () => this.lane.counters.sent);
     counterFrom(r, 'sluice_messages_dropped_total', 'Events not delivered to a congested socket, by reason.', 'reason',
       () => this.lane.counters.dropped);
     gaugeFrom(r, 'sluice_buffered_bytes', 'Bytes written to sockets and not yet sent, all sockets (sampled).', () => this.bufferedBytes);

@@ -10,12 +10,14 @@ export interface LaneData extends CongestionState {
   topics: Map<string, string> | null;
   /** Set while the socket is in the slow lane. */
   mailbox: Mailbox<MailItem> | null;
+  /** Events handed to uWS for this socket that may still sit in its buffer: counted sent once it is empty. */
+  unsent: number;
 }
 
 export interface LaneCounters {
   dropped: { ephemeral: number; superseded: number; evicted: number };
-  /** Frames a socket of the slow lane was sent (flushes and direct sends). */
-  sentSlow: number;
+  /** Events written out to the kernel (not merely handed to a buffer). */
+  sent: number;
 }
 
 /**
@@ -30,7 +32,7 @@ export class SlowLane<D extends LaneData> {
   private readonly byTopic = new Map<string, Set<WebSocket<D>>>();
   /** Native-lane sockets that had unsent bytes at the last sweep. */
   private readonly watch = new Set<WebSocket<D>>();
-  readonly counters: LaneCounters = { dropped: { ephemeral: 0, superseded: 0, evicted: 0 }, sentSlow: 0 };
+  readonly counters: LaneCounters = { dropped: { ephemeral: 0, superseded: 0, evicted: 0 }, sent: 0 };
 
   constructor(
     private readonly limits: OutboundLimits,
@@ -67,15 +69,34 @@ export class SlowLane<D extends LaneData> {
    * between two sweeps moves to the slow lane before the event is queued
    * natively for it. Sockets with nothing unsent are not looked at per event.
    */
-  beforeNative(ev: Delivery, now: number): void {
-    if (this.watch.size === 0) return;
+  beforeNative(ev: Delivery, now: number): number {
+    if (this.watch.size === 0) return 0;
+    let buffering = 0;
     for (const ws of this.watch) {
       const d = ws.getUserData();
       if (!d.open || d.mailbox !== null) {
         this.watch.delete(ws);
         continue;
       }
-      if (ws.isSubscribed(ev.topic)) this.check(ws, d, now);
+      if (!ws.isSubscribed(ev.topic)) continue;
+      this.check(ws, d, now);
+      if (d.open && d.mailbox === null) {
+        // Still native, with unsent bytes: this event waits in uWS's buffer.
+        d.unsent++;
+        buffering++;
+      }
+    }
+    return buffering;
+  }
+
+  /**
+   * Events that uWS had buffered for a socket count as sent once its buffer
+   * is empty (on a drain, or when a sweep finds it so).
+   */
+  settle(ws: WebSocket<D>, d: D, buffered: number): void {
+    if (d.unsent > 0 && buffered === 0) {
+      this.counters.sent += d.unsent;
+      d.unsent = 0;
     }
   }
 
@@ -98,6 +119,7 @@ export class SlowLane<D extends LaneData> {
   /** uWS drained some of the socket's buffer. */
   drained(ws: WebSocket<D>, d: D, now: number): void {
     if (d.mailbox !== null) this.tick(ws, d, now);
+    this.settle(ws, d, ws.getBufferedAmount());
   }
 
   /** A joined topic of a socket: native when healthy, in the mailbox's care when slow. */
@@ -120,6 +142,9 @@ export class SlowLane<D extends LaneData> {
   /** The socket closed: forget it. Whatever its mailbox held counts as evicted. */
   forget(ws: WebSocket<D>, d: D): void {
     this.watch.delete(ws);
+    // What uWS still held for a socket that closed never reached it.
+    this.counters.dropped.evicted += d.unsent;
+    d.unsent = 0;
     if (d.mailbox === null) return;
     this.counters.dropped.evicted += d.mailbox.size;
     d.mailbox = null;
@@ -197,8 +222,9 @@ export class SlowLane<D extends LaneData> {
     let sent = 0;
     ws.cork(() => {
       while (mailbox.size > 0 && ws.getBufferedAmount() < soft) {
-        ws.send(mailbox.shift()!.frame, false);
-        sent++;
+        // 0: written to the kernel; 1: buffered by uWS (sent when it drains).
+        if (ws.send(mailbox.shift()!.frame, false) === 0) sent++;
+        else d.unsent++;
       }
       if (mailbox.size === 0) {
         d.mailbox = null;
@@ -216,6 +242,6 @@ export class SlowLane<D extends LaneData> {
         }
       }
     });
-    this.counters.sentSlow += sent;
+    this.counters.sent += sent;
   }
 }

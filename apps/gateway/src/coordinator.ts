@@ -17,7 +17,7 @@ import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { Flag, SharedState } from './shared-state.ts';
 import type { ShardExit, ShardTask } from './shard.ts';
 
-const SHARD_FILE = new URL('./shard.ts', import.meta.url);
+const SHARD_FILE = new URL('./shard-entry.mjs', import.meta.url);
 /** How long a shard may take to close its sockets on stop before it is cut off. */
 const STOP_TIMEOUT_MS = 10_000;
 const RESTART_DELAY_MS = 250;
@@ -78,7 +78,7 @@ export class Coordinator {
       // Per-event garbage is short-lived; a larger young generation means
       // fewer scavenges (measured: GC fell from about 14% of a shard's time).
       resourceLimits: { maxYoungGenerationSizeMb: 64 },
-      execArgv: SHARD_FILE.pathname.endsWith('.ts') ? ['--import', 'tsx'] : [],
+      execArgv: ['--import', 'tsx'],
     });
     // uSockets sets SO_REUSEPORT only for a non-zero port, so PORT=0 is
     // resolved here first and every shard then binds the same concrete port.

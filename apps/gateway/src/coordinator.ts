@@ -76,7 +76,7 @@ export class Coordinator {
       concurrentTasksPerWorker: 1,
       atomics: 'disabled',
       // Per-event garbage is short-lived; a larger young generation means
-      // fewer scavenges (measured: GC fell from about 14% of a shard's time).
+      // fewer scavenges. (Not a clear win in S1 on its own; cheap to keep.)
       resourceLimits: { maxYoungGenerationSizeMb: 64 },
       execArgv: ['--import', 'tsx'],
     });

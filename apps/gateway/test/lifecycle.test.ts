@@ -25,6 +25,17 @@ describe('start', () => {
   });
 });
 
+describe('outbound limits at start', () => {
+  test('a soft limit above half the byte cap is lowered to half, and the start says so', async () => {
+    const gw = await startGateway({ WS_MAX_BUFFERED_BYTES: '100000', WS_SLOW_CLIENT_BUFFER_BYTES: '80000' });
+    const line = gw.logs.find((l) => String(l.msg).includes('WS_SLOW_CLIENT_BUFFER_BYTES lowered'));
+    assert.ok(line, 'logged');
+    assert.equal(line.used, 50000);
+    assert.equal(line.level, 'warn');
+    assert.equal(await gw.stop(), 0);
+  });
+});
+
 describe('stop', () => {
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     test(`${signal} closes every socket with 1012 and a retry hint in range, and exits 0`, async () => {

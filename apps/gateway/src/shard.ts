@@ -566,9 +566,9 @@ class Shard {
     const now = Date.now();
     this.deliveredSinceSweep = true;
     const buffering = this.lane.beforeNative(d, now);
-    // Native subscribers with nothing unsent get the event written to the
-    // kernel when uWS drains its topic queue at the end of this turn; those
-    // with unsent bytes are counted when their buffer empties.
+    // Native subscribers without a backlog get the event written out when uWS
+    // drains its topic queue at the end of this turn; those with one (the
+    // watched sockets) are counted when their buffer empties.
     this.lane.counters.sent += this.app.numSubscribers(d.topic) - buffering;
     this.app.publish(d.topic, d.frame, false, false);
     this.lane.deliver(d, now);
@@ -690,7 +690,7 @@ class Shard {
     counterFrom(r, 'sluice_clients_closed_total', 'Sockets the server closed, by reason.', 'reason', () => this.m.closes);
     gaugeFrom(r, 'sluice_connected_sockets', 'Open WebSocket connections.', () => this.sockets.size);
     counterFrom(r, 'sluice_messages_sent_total',
-      'Events written to the kernel for a socket; an event uWS had to buffer counts once that socket\'s buffer is empty.',
+      'Events sent to sockets. For a socket with a backlog (a quarter of the soft limit unsent, or in the slow lane) an event counts once its buffer is empty.',
       undefined, () => this.lane.counters.sent);
     counterFrom(r, 'sluice_messages_dropped_total', 'Events not delivered to a congested socket, by reason.', 'reason',
       () => this.lane.counters.dropped);

@@ -100,9 +100,14 @@ export class SlowLane<D extends LaneData> {
     }
   }
 
-  /** The sweep saw this socket with unsent bytes (or none): watch it per event, or stop. */
+  /**
+   * The sweep saw this socket's unsent bytes: watch it per event once they
+   * reach a quarter of the soft limit, or stop. A socket with a few unsent
+   * bytes is merely busy; watching every such socket would put a loop over
+   * them on every event of a broadcast.
+   */
   watchIf(ws: WebSocket<D>, buffered: number): void {
-    if (buffered > 0 && ws.getUserData().mailbox === null) this.watch.add(ws);
+    if (buffered >= this.limits.slowBufferBytes / 4 && ws.getUserData().mailbox === null) this.watch.add(ws);
     else this.watch.delete(ws);
   }
 

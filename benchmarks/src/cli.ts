@@ -1,4 +1,4 @@
-// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|report> [options]`.
+// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|report> [options]`.
 // See benchmarks/README.md for what each command runs and what the columns mean.
 
 import { execFileSync } from 'node:child_process';
@@ -13,6 +13,7 @@ import { BENCH_ROOT, REPO_ROOT } from './lib/spawn.ts';
 import { runPump, S1_DEFAULT, S2_DEFAULT, type PumpConfig } from './scenarios/pump.ts';
 import { runFanout, S3_DEFAULT, type FanoutConfig } from './scenarios/fanout.ts';
 import { runConnect, S45_DEFAULT, type ConnectConfig } from './scenarios/connect.ts';
+import { runSlow, S6_DEFAULT, type SlowConfig } from './scenarios/slow.ts';
 import type { RunOptions, Sample } from './scenarios/common.ts';
 import { ratios, rows } from './report/summary.ts';
 import { checkGates, checkGoals } from './report/gates.ts';
@@ -20,9 +21,11 @@ import { gatesTable, goalsTable, methodSection, ratiosTable, renderSvg, rowsTabl
 
 const USAGE = `usage: cli.ts <command> [options]
 commands:
-  all        S1, S2, S3, S4+S5 against every target; writes runs/*.json, results.md, results.svg
+  all        S1, S2, S3, S4+S5 against every target, S6 against sluice and ws (1 repeat); writes runs/*.json, results.md, results.svg
   ci         short S1 (32 B), S3, S4 against sluice, uws, ws; exits 1 when a gate fails
   s1 | s2 | s3 | s4 | s5   one scenario alone (s4 and s5 share one connect run)
+  s6         slow consumers: 1 publisher, healthy + stalled subscribers, RSS and healthy p99 per second,
+             and the same without stalled ones; default targets sluice,ws, 1 repeat, 60 s each
   report <run.json>        rewrite results.md and results.svg from a saved run
 options:
   --targets a,b      subset of ${ALL_TARGETS.join(',')}
@@ -35,8 +38,13 @@ options:
   --sizes a,b        payload sizes in bytes (S1)
   --depth n          frames in flight per socket (S1, S2) or acks in flight (S3)
   --concurrency n    handshakes in flight per generator process (S4/S5)
-  --window n         publishes the S3 publisher may run ahead of the slowest subscriber
-  --ephemeral        publish the ephemeral class instead of durable
+  --window n         publishes the S3 (S6) publisher may run ahead of the slowest (healthy) subscriber; S6: 0 = no credit
+  --ephemeral        publish the ephemeral class instead of durable (S1-S3)
+  --seconds n        publishing time of each S6 run (default 60)
+  --healthy n        healthy subscribers (S6, default 1000)
+  --stalled n        stalled subscribers (S6, default 200)
+  --size n           payload bytes (S6, default 300)
+  --rss-limit-mib n  stop an S6 run when the server's RSS passes this (default 2048)
   --no-report        (all) do not rewrite results.md / results.svg`;
 
 interface Cli {
@@ -45,6 +53,7 @@ interface Cli {
   values: {
     targets?: string; repeats?: string; 'measure-ms'?: string; 'warmup-ms'?: string; procs?: string; sockets?: string;
     subscribers?: string; window?: string; sizes?: string; depth?: string; concurrency?: string; ephemeral?: boolean; 'no-report'?: boolean; help?: boolean;
+    seconds?: string; healthy?: string; stalled?: string; size?: string; 'rss-limit-mib'?: string;
   };
 }
 
@@ -55,6 +64,7 @@ function parse(): Cli {
       targets: { type: 'string' }, repeats: { type: 'string' }, 'measure-ms': { type: 'string' }, 'warmup-ms': { type: 'string' },
       procs: { type: 'string' }, sockets: { type: 'string' }, subscribers: { type: 'string' }, window: { type: 'string' }, sizes: { type: 'string' },
       depth: { type: 'string' }, concurrency: { type: 'string' }, ephemeral: { type: 'boolean' }, 'no-report': { type: 'boolean' },
+      seconds: { type: 'string' }, healthy: { type: 'string' }, stalled: { type: 'string' }, size: { type: 'string' }, 'rss-limit-mib': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -150,9 +160,9 @@ async function main(): Promise<number> {
 
   assertNativeUws();
   const isCi = cli.command === 'ci';
-  const scenarios = isCi ? ['s1', 's3', 's4'] : cli.command === 'all' ? ['s1', 's2', 's3', 's45'] : [cli.command];
-  for (const s of scenarios) if (!['s1', 's2', 's3', 's4', 's5', 's45'].includes(s)) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
-  const defaultTargets: readonly TargetName[] = isCi ? ['sluice', 'uws', 'ws'] : ALL_TARGETS;
+  const scenarios = isCi ? ['s1', 's3', 's4'] : cli.command === 'all' ? ['s1', 's2', 's3', 's45', 's6'] : [cli.command];
+  for (const s of scenarios) if (!['s1', 's2', 's3', 's4', 's5', 's45', 's6'].includes(s)) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
+  const defaultTargets: readonly TargetName[] = isCi ? ['sluice', 'uws', 'ws'] : cli.command === 's6' ? ['sluice', 'ws'] : ALL_TARGETS;
   let targets = targetsOf(v.targets, defaultTargets);
   if (!gatewayAvailable() && targets.some((t) => t.startsWith('sluice'))) {
     if (isCi) throw new Error('apps/gateway/src/main.ts does not exist: the CI gate needs the gateway');
@@ -189,6 +199,24 @@ async function main(): Promise<number> {
     ...(int(v.concurrency, 'concurrency') !== undefined ? { concurrency: int(v.concurrency, 'concurrency')! } : {}),
   };
 
+  const s6: SlowConfig = {
+    ...S6_DEFAULT,
+    ...(int(v.seconds, 'seconds') !== undefined ? { seconds: int(v.seconds, 'seconds')! } : {}),
+    ...(int(v.healthy, 'healthy') !== undefined ? { healthy: int(v.healthy, 'healthy')! } : {}),
+    ...(int(v.stalled, 'stalled') !== undefined ? { stalled: int(v.stalled, 'stalled')! } : {}),
+    ...(int(v.size, 'size') !== undefined ? { size: int(v.size, 'size')! } : {}),
+    ...(int(v['rss-limit-mib'], 'rss-limit-mib') !== undefined ? { rssLimitMiB: int(v['rss-limit-mib'], 'rss-limit-mib')! } : {}),
+    ...(depth !== undefined ? { depth } : {}), ...(procs !== undefined ? { procs } : {}),
+    // --window 0: no credit, the publisher is bound by its acks only.
+    ...(v.window === '0' ? { window: 0 } : int(v.window, 'window') !== undefined ? { window: int(v.window, 'window')! } : {}),
+  };
+  // S6 runs minutes per target: in `all` only Sluice (2 workers) and ws, once; alone, one repeat unless asked.
+  const s6Opts = (base: RunOptions): RunOptions => ({
+    ...base,
+    targets: cli.command === 's6' ? base.targets : base.targets.filter((t) => t === 'sluice' || t === 'ws'),
+    repeats: cli.command === 's6' ? (int(v.repeats, 'repeats') ?? 1) : 1,
+  });
+
   const startedAt = new Date().toISOString();
   const buildAtStart = sluiceBuild();
   const t0 = performance.now();
@@ -206,6 +234,12 @@ async function main(): Promise<number> {
       log(`S4/S5: ${JSON.stringify(cfg)}`);
       used['S4/S5'] = cfg;
       samples.push(...await runConnect(opts, cfg));
+    }
+    if (s === 's6') {
+      const o = s6Opts(opts);
+      log(`S6: ${JSON.stringify(s6)} targets ${o.targets.join(',')} repeats ${o.repeats}`);
+      used['S6'] = s6;
+      samples.push(...await runSlow(o, s6));
     }
   }
 

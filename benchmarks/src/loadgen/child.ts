@@ -10,7 +10,7 @@ import { patchDigits } from '../lib/frames.ts';
 import { stampNow } from '../lib/clock.ts';
 import { encodeHistogram, newHistogram, type Histogram } from '../lib/hist.ts';
 import { openFileLimit } from '../lib/proc.ts';
-import type { ChildEvent, ConnectResult, Envelope, JoinResult, MarkResult, Request, Response, StopResult } from './messages.ts';
+import type { ChildEvent, ConnectResult, Envelope, JoinResult, MarkResult, Request, Response, StopResult, UnstallResult } from './messages.ts';
 
 const LIFETIME_MS = Number(process.env['LOADGEN_LIFETIME_MS'] ?? 15 * 60_000);
 setTimeout(() => {
@@ -19,7 +19,7 @@ setTimeout(() => {
 }, LIFETIME_MS).unref();
 process.on('disconnect', () => process.exit(0));
 
-type Phase = 'idle' | 'connect' | 'join' | 'pump' | 'track' | 'publish' | 'stopping';
+type Phase = 'idle' | 'connect' | 'join' | 'pump' | 'track' | 'publish' | 'stopping' | 'stalled';
 
 const RING = 1 << 14;
 const RING_MASK = RING - 1;
@@ -348,6 +348,38 @@ class Generator implements ConnHandlers {
     this.publishes += n;
   }
 
+  // ---- stalled subscribers (S6) ----
+
+  /** Stops reading every ready socket: Node reads at most its stream high-water mark more, then the kernel buffers fill. */
+  stall(): number {
+    this.resetCounters();
+    this.phase = 'stalled';
+    let n = 0;
+    for (const c of this.conns) {
+      if (c.state !== 'ready') continue;
+      c.sock.pause();
+      n++;
+    }
+    return n;
+  }
+
+  /** Reads again (frames are ignored) and waits until every socket closed or timeoutMs passed. */
+  unstall(timeoutMs: number): Promise<UnstallResult> {
+    for (const c of this.conns) if (c.state === 'ready') c.sock.resume();
+    const t0 = Date.now();
+    return new Promise<UnstallResult>((resolve) => {
+      const check = (): void => {
+        const open = this.liveCount();
+        if (open === 0 || Date.now() - t0 >= timeoutMs) {
+          resolve({ closeReasons: { ...this.closeReasons }, open });
+          return;
+        }
+        setTimeout(check, 50);
+      };
+      check();
+    });
+  }
+
   // ---- common ----
 
   mark(): MarkResult {
@@ -441,6 +473,8 @@ async function handle(req: Request): Promise<unknown> {
     case 'track': gen.track(); return null;
     case 'publish': gen.publish(req); return null;
     case 'credit': gen.credit(req.upTo); return null;
+    case 'stall': return gen.stall();
+    case 'unstall': return gen.unstall(req.timeoutMs);
     case 'mark': return gen.mark();
     case 'stop': return gen.stop(req.timeoutMs);
     case 'reset': gen.reset(); return null;

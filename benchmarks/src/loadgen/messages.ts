@@ -14,6 +14,10 @@ export type Request =
   /** The first socket publishes the fan-out sequence: `depth` acks in flight, never past the credit. */
   | { op: 'publish'; topic: string; depth: number; size: number; ephemeral: boolean; credit: number }
   | { op: 'credit'; upTo: number }
+  /** S6: every ready socket stops reading its TCP socket (handshake and join done); closes are still counted. */
+  | { op: 'stall' }
+  /** S6: read again, so that close frames queued behind the backlog are seen; wait up to timeoutMs for the sockets to close. */
+  | { op: 'unstall'; timeoutMs: number }
   | { op: 'mark' }
   /** Stop sending; wait up to timeoutMs for outstanding replies. */
   | { op: 'stop'; timeoutMs: number }
@@ -51,6 +55,13 @@ export interface MarkResult {
   seqMin: number;
   seqMax: number;
   seqNone: number;
+}
+
+export interface UnstallResult {
+  /** Why each socket closed (`ws close <code> <reason>`, `closed by peer`, an errno), counted since `stall`. */
+  closeReasons: Record<string, number>;
+  /** Sockets still open when the wait ended. */
+  open: number;
 }
 
 export interface StopResult {

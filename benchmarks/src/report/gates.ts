@@ -19,7 +19,7 @@ export interface Goal {
   value: number;
   text: string;
   /** For absolute goals: which number of a row it reads. */
-  field?: 'rssPerSocketBytes' | 'stallMaxMs';
+  field?: 'rssPerSocketBytes' | 'stallMaxMs' | 'rssGrowthPerStalledBytes' | 'rssSlopeBytesPerS' | 'p99VsBaseline';
 }
 
 /** The goals of issue 3, per server-CPU-second and measured in the same run. */
@@ -32,6 +32,12 @@ export const GOALS: readonly Goal[] = [
   { scenario: 'S4', peer: null, kind: 'max', value: 3072, field: 'rssPerSocketBytes', text: 'S4 RSS per idle socket <= 3 KiB' },
   { scenario: 'S5', peer: 'uws', kind: 'max', value: 2.5, text: 'S5 server CPU per upgrade <= 2.5x raw uWS' },
   { scenario: 'S5', peer: null, kind: 'max', value: 50, field: 'stallMaxMs', text: 'S5 longest event-loop stall <= 50 ms' },
+  // Issue 4 (S6, slow consumers), absolute: RSS under idle RSS + 1.5 MiB per stalled socket for the whole run, flat
+  // after the first seconds (read here as: least-squares slope over the run's second half <= 1 MiB/s), and the
+  // healthy subscribers' p99 within 1.5x of the same run without stalled sockets.
+  { scenario: 'S6', peer: null, kind: 'max', value: 1.5 * 1024 * 1024, field: 'rssGrowthPerStalledBytes', text: 'S6 (max RSS - idle RSS) / stalled socket <= 1.5 MiB' },
+  { scenario: 'S6', peer: null, kind: 'max', value: 1024 * 1024, field: 'rssSlopeBytesPerS', text: 'S6 RSS flat: slope over the second half <= 1 MiB/s' },
+  { scenario: 'S6', peer: null, kind: 'max', value: 1.5, field: 'p99VsBaseline', text: 'S6 healthy p99 <= 1.5x the run without stalled sockets' },
 ];
 
 export interface Gate {

@@ -53,12 +53,13 @@ const SCENARIO_TITLE: Record<ScenarioId, string> = {
   S3: 'S3 fan-out',
   S4: 'S4 idle memory',
   S5: 'S5 upgrade storm',
+  S6: 'S6 slow consumers',
 };
 
 /** One table per scenario with every target's medians; used by the terminal and results.md. */
 export function rowsTables(rowsList: readonly Row[]): string {
   const parts: string[] = [];
-  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5'] as const) {
+  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5', 'S6'] as const) {
     const rs = rowsList.filter((r) => r.scenario === sc);
     if (rs.length === 0) continue;
     parts.push(`### ${SCENARIO_TITLE[sc]}`);
@@ -73,6 +74,8 @@ export function rowsTables(rowsList: readonly Row[]): string {
     } else if (sc === 'S4') {
       parts.push(table(['variant', 'target', 'RSS per idle socket', 'ok runs'],
         rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtBytes(r.rssPerSocketBytes), status(r)])));
+    } else if (sc === 'S6') {
+      parts.push(s6Table(rs, status));
     } else {
       parts.push(table(
         ['variant', 'target', 'server CPU per upgrade', 'upgrades/server-CPU-s', 'connect p99', 'longest stall (max of runs)', 'server CPU', 'busiest generator', 'other load', 'ok runs'],
@@ -83,6 +86,23 @@ export function rowsTables(rowsList: readonly Row[]): string {
     parts.push('');
   }
   return parts.join('\n\n').replace(/\n{3,}/g, '\n\n').trimEnd();
+}
+
+function s6Table(rs: readonly Row[], status: (r: Row) => string): string {
+  const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
+  const mib = (b: number): string => (Number.isFinite(b) ? `${(b / (1 << 20)).toFixed(0)} MiB` : 'n/a');
+  const slope = (b: number): string => (Number.isFinite(b) ? `${(b / (1 << 20)).toFixed(2)} MiB/s` : 'n/a');
+  const ran = (r: Row): string => `${x(r, 'ranSeconds').toFixed(0)} of ${x(r, 'plannedSeconds').toFixed(0)} s${r.notes['stoppedEarly'] !== undefined ? ` (${r.notes['stoppedEarly']})` : ''}`;
+  return 'Healthy subscribers\' latency is publish-to-receive after the first seconds; RSS is the server\'s VmRSS sampled every second ' +
+    '(idle: after every socket joined and the stalled ones stopped reading, before publishing); slope: least squares over the second half of the run; ' +
+    '`closes seen`: what the stalled clients read when they read again at the end (close code, or how TCP ended), `closed by gateway`: its `sluice_clients_closed_total` by reason.\n\n' +
+    table(
+      ['variant', 'target', 'idle RSS', 'RSS at 10 s', 'max RSS', 'RSS at end', 'RSS slope, 2nd half', '(max - idle) / stalled', 'deliveries/s', 'server CPU',
+        'healthy p50', 'healthy p99', 'p99 / no stalled', 'ran', 'closes seen by stalled', 'closed by gateway', 'ok runs'],
+      rs.map((r) => [r.variant, PEER_LABEL[r.target], mib(x(r, 'idleRssBytes')), mib(x(r, 'rssAt10sBytes')), mib(x(r, 'maxRssBytes')), mib(x(r, 'rssEndBytes')),
+        slope(x(r, 'rssSlopeSecondHalfBytesPerS')), fmtBytes(r.rssGrowthPerStalledBytes), fmtInt(r.perSec), pct(r.serverUtil),
+        fmtUs(r.p50Us), fmtUs(r.p99Us), fmtRatio(r.p99VsBaseline), ran(r), r.notes['closesSeenByStalled'] ?? '-', r.notes['closedByGateway'] ?? '-', status(r)]),
+    );
 }
 
 /** Sluice/peer ratios, one row per (scenario, variant, Sluice build). */
@@ -104,7 +124,9 @@ export function ratiosTable(ratiosList: readonly Ratio[]): string {
 
 export function goalsTable(goals: readonly GoalResult[]): string {
   return 'A goal with several variants (S1: 32 B and 1 KB) is held against the worse of them.\n\n' + table(['goal', 'Sluice build', 'measured', 'met'], goals.map((g) => {
-    const v = g.goal.field === 'rssPerSocketBytes' ? fmtBytes(g.measured) : g.goal.field === 'stallMaxMs' ? fmtMs(g.measured) : fmtRatio(g.measured);
+    const f = g.goal.field;
+    const v = f === 'rssPerSocketBytes' || f === 'rssGrowthPerStalledBytes' ? fmtBytes(g.measured)
+      : f === 'rssSlopeBytesPerS' ? `${fmtBytes(g.measured)}/s` : f === 'stallMaxMs' ? fmtMs(g.measured) : fmtRatio(g.measured);
     return [g.goal.text, PEER_LABEL[g.sluice], v, g.met === null ? 'not measured' : g.met ? 'yes' : '**no**'];
   }));
 }

@@ -32,6 +32,14 @@ export interface Row {
   cpuPerUpgradeUs: number;
   connectP99Us: number;
   stallMaxMs: number;
+  /** S6 goals: (max RSS - idle RSS) / stalled sockets, RSS slope over the run's second half, healthy p99 / p99 without stalled sockets. */
+  rssGrowthPerStalledBytes: number;
+  rssSlopeBytesPerS: number;
+  p99VsBaseline: number;
+  /** Median of every numeric `extra` field over the successful repeats. */
+  extras: Record<string, number>;
+  /** Every string `extra` field, distinct values over the successful repeats joined with " / ". */
+  notes: Record<string, string>;
   errors: string[];
 }
 
@@ -44,7 +52,11 @@ export const HEADLINE: Record<ScenarioId, { key: HeadlineKey; higherIsBetter: bo
   S3: { key: 'perServerCpuS', higherIsBetter: true, label: 'deliveries per server-CPU-s' },
   S4: { key: 'rssPerSocketBytes', higherIsBetter: false, label: 'RSS per idle socket' },
   S5: { key: 'cpuPerUpgradeUs', higherIsBetter: false, label: 'server CPU per upgrade' },
+  S6: { key: 'p99Us', higherIsBetter: false, label: 'healthy subscribers p99' },
 };
+
+/** Scenarios judged by absolute goals only (S6: against its own run without stalled sockets): no Sluice/peer ratio. */
+const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6']);
 
 function extraNum(s: Sample, k: string): number {
   const v = s.extra[k];
@@ -99,9 +111,28 @@ export function rows(samples: readonly Sample[]): Row[] {
       connectP99Us: median(ok.map((s) => extraNum(s, 'connectP99Us'))),
       // The worst stall of any repeat: a goal about "no stall over 50 ms" is about the worst case.
       stallMaxMs: stalls.length === 0 ? NaN : Math.max(...stalls),
+      rssGrowthPerStalledBytes: median(ok.map((s) => extraNum(s, 'rssGrowthPerStalledBytes'))),
+      rssSlopeBytesPerS: median(ok.map((s) => extraNum(s, 'goalRssSlopeBytesPerS'))),
+      p99VsBaseline: median(ok.map((s) => extraNum(s, 'p99VsBaseline'))),
+      extras: extrasMedians(ok),
+      notes: extrasNotes(ok),
       errors: [...new Set(g.filter((s) => !s.ok).map((s) => s.error ?? 'failed'))],
     });
   }
+  return out;
+}
+
+function extrasMedians(ok: readonly Sample[]): Record<string, number> {
+  const keys = new Set(ok.flatMap((s) => Object.keys(s.extra).filter((k) => typeof s.extra[k] === 'number')));
+  const out: Record<string, number> = {};
+  for (const k of keys) out[k] = median(ok.map((s) => extraNum(s, k)));
+  return out;
+}
+
+function extrasNotes(ok: readonly Sample[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  const keys = new Set(ok.flatMap((s) => Object.keys(s.extra).filter((k) => typeof s.extra[k] === 'string')));
+  for (const k of keys) out[k] = [...new Set(ok.map((s) => s.extra[k]).filter((v): v is string => typeof v === 'string'))].join(' / ');
   return out;
 }
 
@@ -123,6 +154,7 @@ export function ratios(samples: readonly Sample[], sluiceTargets: readonly Targe
   for (const k of keys) {
     const inGroup = samples.filter((s) => groupKey(s) === k);
     const scenario = inGroup[0]!.scenario;
+    if (NO_RATIO.has(scenario)) continue;
     const variant = inGroup[0]!.variant;
     const head = HEADLINE[scenario];
     const peers = [...new Set(inGroup.map((s) => s.target))].filter((t) => !sluiceTargets.includes(t));

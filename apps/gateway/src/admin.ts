@@ -10,6 +10,8 @@ export interface AdminDeps {
   ready(): boolean;
   metrics(): Promise<{ text: string; contentType: string }>;
   publish(req: PublishRequest): Promise<PublishResult>;
+  /** Starts the drain, as SIGTERM does; the admin server keeps answering until the process exits. */
+  drain(): void;
 }
 
 /**
@@ -54,6 +56,11 @@ export function createAdminServer(deps: AdminDeps): Server {
           () => json(res, 400, { reason: 'bad_request', message: 'request body could not be read' }),
         );
         return;
+      case 'POST /admin/drain':
+        if (!authorized(req)) return json(res, 401, { reason: 'unauthorized' });
+        deps.log.info('drain requested on the admin port');
+        deps.drain();
+        return json(res, 202, { status: 'draining' });
       default:
         return json(res, 404, { reason: 'not_found' });
     }

@@ -9,6 +9,8 @@ import type { MetricsJson } from '@sluice/telemetry';
  */
 export type ToShardControl =
   | { readonly op: 'stop' }
+  /** The drain is closing sockets: stop listening, and close up to `close` sockets now. */
+  | { readonly op: 'drain'; readonly close: number }
   | { readonly op: 'metrics'; readonly rid: number }
   | { readonly op: 'publish'; readonly rid: number; readonly req: PublishRequest }
   /** A (re)started peer shard: talk to it on this port from now on. */

@@ -8,7 +8,7 @@ import type { Server } from 'node:http';
 import { type AddressInfo, createServer } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { Piscina } from 'piscina';
-import { type Config, effectiveSlowBufferBytes, ownerOf, type PublishRequest, type PublishResult, redactedConfig, topicKey } from '@sluice/core';
+import { type Config, type DrainPace, drainBudget, effectiveSlowBufferBytes, ownerOf, shareBudget, type PublishRequest, type PublishResult, redactedConfig, topicKey } from '@sluice/core';
 import { aggregateMetrics, counterFrom, gaugeFrom, type Logger, type MetricsJson, registerEventLoopStall,
   registerProcessMetrics, Registry } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
@@ -21,6 +21,8 @@ const SHARD_FILE = new URL('./shard-entry.mjs', import.meta.url);
 /** How long a shard may take to close its sockets on stop before it is cut off. */
 const STOP_TIMEOUT_MS = 10_000;
 const RESTART_DELAY_MS = 250;
+/** How often the drain hands out close budgets. */
+const DRAIN_TICK_MS = 50;
 /** uWS cuts a socket that never answers a close frame after at most 16 s (its ping timeout). */
 const CLOSE_GRACE_MS = 18_000;
 
@@ -51,11 +53,13 @@ export class Coordinator {
   private stopping: Promise<void> | undefined;
   private restarts = 0;
   private rid = 0;
+  private draining = false;
+  private cutDrain = false;
 
   constructor(
     private readonly config: Config,
     private readonly log: Logger,
-    private readonly opts: { testHooks: boolean },
+    private readonly opts: { testHooks: boolean; onDrainRequest?: () => void },
   ) {
     this.registerMetrics();
   }
@@ -90,6 +94,7 @@ export class Coordinator {
       ready: () => this.shared.ready(cfg.workers, cfg.maxSockets),
       metrics: () => this.metrics(),
       publish: (req) => this.publish(req),
+      drain: () => this.opts.onDrainRequest?.(),
     });
     const adminPort = await new Promise<number>((resolve, reject) => {
       this.admin!.once('error', reject);
@@ -100,10 +105,51 @@ export class Coordinator {
     return { port: this.publicPort, adminPort };
   }
 
-  /** Stops cleanly: readiness fails, every shard closes its sockets and listen socket, the pool ends. */
+  /** Stops at once: readiness fails, every shard closes its sockets and listen socket, the pool ends. */
   stop(reason: string): Promise<void> {
+    if (this.stopping !== undefined && this.draining) {
+      // A drain is on: cut it short, straight to the stop.
+      this.log.info({ reason }, 'drain cut short');
+      this.cutDrain = true;
+    }
     this.stopping ??= this.doStop(reason);
     return this.stopping;
+  }
+
+  /**
+   * The deploy path (SIGTERM, POST /admin/drain): readiness fails first; after
+   * WS_DRAIN_DELAY_MS the shards stop listening and close WS_DRAIN_RATE
+   * sockets per second for the whole node, shared in proportion to what each
+   * holds; at WS_DRAIN_MAX_MS whatever is left is closed; then the stop.
+   */
+  drain(reason: string): Promise<void> {
+    this.stopping ??= this.doDrain(reason);
+    return this.stopping;
+  }
+
+  private async doDrain(reason: string): Promise<void> {
+    const cfg = this.config;
+    const started = Date.now();
+    const deadline = started + cfg.drainMaxMs;
+    const sockets = this.shared.totalSockets(cfg.workers);
+    this.shared.set(Flag.Draining);
+    this.draining = true;
+    this.log.info({ reason, sockets, delayMs: cfg.drainDelayMs, rate: cfg.drainRate, maxMs: cfg.drainMaxMs }, 'drain started');
+    const closingAt = started + Math.min(cfg.drainDelayMs, cfg.drainMaxMs);
+    while (Date.now() < closingAt && !this.cutDrain) await delay(Math.min(DRAIN_TICK_MS, closingAt - Date.now()));
+    const pace: DrainPace = { carry: 0, lastAt: -1 };
+    let first = true;
+    while (Date.now() < deadline && !this.cutDrain) {
+      const held = Array.from({ length: cfg.workers }, (_, i) => (this.links.has(i) ? this.shared.socketsOf(i) : 0));
+      if (held.every((n) => n === 0) && !first) break;
+      const shares = shareBudget(drainBudget(pace, Date.now(), cfg.drainRate), held);
+      for (const [i, link] of this.links) if (first || shares[i]! > 0) link.send({ op: 'drain', close: shares[i] ?? 0 });
+      first = false;
+      await delay(DRAIN_TICK_MS);
+    }
+    const left = this.shared.totalSockets(cfg.workers);
+    this.log.info({ reason, drained: sockets - left, left, durationMs: Date.now() - started }, 'drain finished');
+    await this.doStop(`${reason}: drain finished`);
   }
 
   private async doStop(reason: string): Promise<void> {
@@ -256,6 +302,7 @@ export class Coordinator {
     registerProcessMetrics(r);
     registerEventLoopStall(r);
     counterFrom(r, 'sluice_shard_restarts_total', 'Shard threads restarted after a crash.', undefined, () => this.restarts);
+    gaugeFrom(r, 'sluice_draining', '1 while the node drains, else 0.', () => (this.draining ? 1 : 0), 'max');
     gaugeFrom(r, 'sluice_ready', '1 while the node accepts new sockets, else 0.',
       () => (this.shared.ready(this.config.workers, this.config.maxSockets) ? 1 : 0), 'max');
   }

@@ -21,7 +21,19 @@ function main(): void {
   const { config, warnings } = loaded;
   const log = createLogger(config.logLevel, { role: 'coordinator' });
   for (const w of warnings) log.warn(w);
-  const coordinator = new Coordinator(config, log, { testHooks: process.env.SLUICE_TEST_HOOKS === '1' });
+  const drain = (reason: string): void => {
+    coordinator.drain(reason).then(
+      () => process.exit(0),
+      (err: unknown) => {
+        log.fatal({ err }, 'drain failed');
+        process.exit(1);
+      },
+    );
+  };
+  const coordinator = new Coordinator(config, log, {
+    testHooks: process.env.SLUICE_TEST_HOOKS === '1',
+    onDrainRequest: () => drain('POST /admin/drain'),
+  });
   const stop = (signal: string): void => {
     coordinator.stop(signal).then(
       () => process.exit(0),
@@ -31,8 +43,15 @@ function main(): void {
       },
     );
   };
-  process.on('SIGTERM', () => stop('SIGTERM'));
-  process.on('SIGINT', () => stop('SIGINT'));
+  // SIGTERM is the deploy: the paced drain. SIGINT (Ctrl-C) drains too; a
+  // second SIGINT stops at once.
+  process.on('SIGTERM', () => drain('SIGTERM'));
+  let interrupted = false;
+  process.on('SIGINT', () => {
+    if (interrupted) stop('SIGINT again');
+    else drain('SIGINT');
+    interrupted = true;
+  });
   coordinator.start().catch((err: unknown) => {
     log.fatal({ err }, 'start failed');
     process.stderr.write(`sluice: start failed: ${err instanceof Error ? err.message : String(err)}\n`);

@@ -126,6 +126,7 @@ class Shard {
 
   private readonly m = {
     framesIn: 0,
+    drained: 0,
     rejections: Object.fromEntries(ErrorReasons.map((r) => [r, 0])) as Record<ErrorReason, number>,
     upgrades: { accepted: 0, unavailable: 0 } as Record<'accepted' | 'unavailable', number>,
     closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0, buffer_limit: 0, congested: 0, slow_consumer: 0 } as
@@ -607,6 +608,9 @@ class Shard {
       case 'stop':
         this.stop();
         return;
+      case 'drain':
+        this.drain(m.close);
+        return;
       case 'metrics':
         void this.registry.getMetricsAsJSON().then((json) => this.tell({ op: 'metrics', rid: m.rid, json }));
         return;
@@ -622,6 +626,26 @@ class Shard {
 
   private tell(m: FromShardControl): void {
     this.task.control.postMessage(m);
+  }
+
+  /**
+   * One tick of the node's drain: no more listening, and up to `budget`
+   * sockets closed with 1012 and a retry hint, oldest first. A socket with a
+   * publish whose ack it has not been sent is left for a later tick: it is
+   * closed between frames, after its acks.
+   */
+  private drain(budget: number): void {
+    this.closeListenSocket();
+    const cfg = this.cfg;
+    let left = budget;
+    for (const ws of this.sockets) {
+      if (left <= 0) break;
+      const d = ws.getUserData();
+      if (!d.open || d.inflight > 0) continue;
+      this.m.drained++;
+      this.closeWith(ws, d, 'unavailable', jitter(cfg.retryAfterMinMs, cfg.retryAfterMaxMs, Math.random));
+      left--;
+    }
   }
 
   /** Closes the listen socket and every socket (1012 with a retry hint), then ends the task. */
@@ -689,6 +713,7 @@ class Shard {
     counterFrom(r, 'sluice_upgrades_total', 'WebSocket upgrades, by outcome.', 'outcome', () => this.m.upgrades);
     counterFrom(r, 'sluice_clients_closed_total', 'Sockets the server closed, by reason.', 'reason', () => this.m.closes);
     gaugeFrom(r, 'sluice_connected_sockets', 'Open WebSocket connections.', () => this.sockets.size);
+    counterFrom(r, 'sluice_drained_sockets_total', 'Sockets closed by a drain (1012).', undefined, () => this.m.drained);
     counterFrom(r, 'sluice_messages_sent_total',
       'Events sent to sockets. For a socket with a backlog (a quarter of the soft limit unsent, or in the slow lane) an event counts once its buffer is empty.',
       undefined, () => this.lane.counters.sent);

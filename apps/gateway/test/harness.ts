@@ -28,7 +28,7 @@ export async function startGateway(env: Record<string, string> = {}): Promise<Ga
   const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: GATEWAY_DIR,
     env: { ...process.env, PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: '2',
-      LOG_LEVEL: 'info', ...env },
+      LOG_LEVEL: 'info', WS_DRAIN_DELAY_MS: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: Record<string, unknown>[] = [];

@@ -28,6 +28,9 @@ export interface Config {
   readonly ephemeralDropQueueLen: number;
   readonly slowConsumerQueueLen: number;
   readonly coalesceIntervalMs: number;
+  readonly drainDelayMs: number;
+  readonly drainRate: number;
+  readonly drainMaxMs: number;
   readonly historySize: number;
   readonly historyTtlMs: number;
   readonly idempotencyTtlMs: number;
@@ -44,6 +47,7 @@ export const CONFIG_SECTIONS = [
   'Listening and threads',
   'Per-socket limits',
   'Outbound backpressure',
+  'Draining',
   'History and idempotency',
   'Admin and observability',
 ] as const;
@@ -240,6 +244,23 @@ const schema = [
     name: 'WS_COALESCE_INTERVAL_MS', key: 'coalesceIntervalMs', section: 'Outbound backpressure',
     type: int(0, 3_600_000, 'ms; 0 = off'), default: 0,
     doc: 'At most one keyed event per (socket, topic, key) per interval; the newest wins.',
+  }),
+
+  // Draining
+  v({
+    name: 'WS_DRAIN_DELAY_MS', key: 'drainDelayMs', section: 'Draining',
+    type: int(0, 3_600_000, 'ms'), default: 5000,
+    doc: 'After SIGTERM or `POST /admin/drain`, how long readiness fails before the first socket is closed.',
+  }),
+  v({
+    name: 'WS_DRAIN_RATE', key: 'drainRate', section: 'Draining',
+    type: int(1, 1_000_000, 'sockets per second, whole node'), default: 500,
+    doc: 'How fast a draining node closes its sockets (1012 with a jittered `retryAfterMs`).',
+  }),
+  v({
+    name: 'WS_DRAIN_MAX_MS', key: 'drainMaxMs', section: 'Draining',
+    type: int(0, 86_400_000, 'ms'), default: 30_000,
+    doc: 'When the drain began plus this, every socket still open is closed and the process exits 0.',
   }),
 
   // History and idempotency

@@ -6,3 +6,4 @@ export * from './history.ts';
 export * from './idempotency.ts';
 export * from './broker.ts';
 export * from './backpressure.ts';
+export * from './drain.ts';

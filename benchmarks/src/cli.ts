@@ -14,10 +14,11 @@ import { runPump, S1_DEFAULT, S2_DEFAULT, type PumpConfig } from './scenarios/pu
 import { runFanout, S3_DEFAULT, type FanoutConfig } from './scenarios/fanout.ts';
 import { runConnect, S45_DEFAULT, type ConnectConfig } from './scenarios/connect.ts';
 import { runSlow, S6_DEFAULT, type SlowConfig } from './scenarios/slow.ts';
+import { runDrain, S7_DEFAULT, type DrainConfig } from './scenarios/drain.ts';
 import type { RunOptions, Sample } from './scenarios/common.ts';
 import { ratios, rows } from './report/summary.ts';
 import { checkGates, checkGoals } from './report/gates.ts';
-import { gatesTable, goalsTable, methodSection, ratiosTable, renderSvg, rowsTables, type RunRecord, type SluiceBuild } from './report/render.ts';
+import { gatesTable, goalsTable, methodSection, ratiosTable, renderDrainSvg, renderSvg, rowsTables, type RunRecord, type SluiceBuild } from './report/render.ts';
 
 const USAGE = `usage: cli.ts <command> [options]
 commands:
@@ -26,6 +27,8 @@ commands:
   s1 | s2 | s3 | s4 | s5   one scenario alone (s4 and s5 share one connect run)
   s6         slow consumers: 1 publisher, healthy + stalled subscribers, RSS and healthy p99 per second,
              and the same without stalled ones; default targets sluice,ws, 1 repeat, 60 s each
+  s7         drain pacing: sluice (2 workers) with --sockets idle sockets (10000), SIGTERM, closes per second vs --rate (500)
+             after --delay-ms (1000), retryAfterMs, readiness, exit code; writes results-s7.svg (also part of all)
   report <run.json>        rewrite results.md and results.svg from a saved run
 options:
   --targets a,b      subset of ${ALL_TARGETS.join(',')}
@@ -45,6 +48,8 @@ options:
   --stalled n        stalled subscribers (S6, default 200)
   --size n           payload bytes (S6, default 300)
   --rss-limit-mib n  stop an S6 run when the server's RSS passes this (default 2048)
+  --rate n           S7: WS_DRAIN_RATE, closes per second for the node (default 500)
+  --delay-ms n       S7: WS_DRAIN_DELAY_MS (default 1000)
   --no-report        (all) do not rewrite results.md / results.svg`;
 
 interface Cli {
@@ -53,7 +58,7 @@ interface Cli {
   values: {
     targets?: string; repeats?: string; 'measure-ms'?: string; 'warmup-ms'?: string; procs?: string; sockets?: string;
     subscribers?: string; window?: string; sizes?: string; depth?: string; concurrency?: string; ephemeral?: boolean; 'no-report'?: boolean; help?: boolean;
-    seconds?: string; healthy?: string; stalled?: string; size?: string; 'rss-limit-mib'?: string;
+    seconds?: string; healthy?: string; stalled?: string; size?: string; 'rss-limit-mib'?: string; rate?: string; 'delay-ms'?: string;
   };
 }
 
@@ -65,6 +70,7 @@ function parse(): Cli {
       procs: { type: 'string' }, sockets: { type: 'string' }, subscribers: { type: 'string' }, window: { type: 'string' }, sizes: { type: 'string' },
       depth: { type: 'string' }, concurrency: { type: 'string' }, ephemeral: { type: 'boolean' }, 'no-report': { type: 'boolean' },
       seconds: { type: 'string' }, healthy: { type: 'string' }, stalled: { type: 'string' }, size: { type: 'string' }, 'rss-limit-mib': { type: 'string' },
+      rate: { type: 'string' }, 'delay-ms': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -160,8 +166,8 @@ async function main(): Promise<number> {
 
   assertNativeUws();
   const isCi = cli.command === 'ci';
-  const scenarios = isCi ? ['s1', 's3', 's4'] : cli.command === 'all' ? ['s1', 's2', 's3', 's45', 's6'] : [cli.command];
-  for (const s of scenarios) if (!['s1', 's2', 's3', 's4', 's5', 's45', 's6'].includes(s)) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
+  const scenarios = isCi ? ['s1', 's3', 's4'] : cli.command === 'all' ? ['s1', 's2', 's3', 's45', 's6', 's7'] : [cli.command];
+  for (const s of scenarios) if (!['s1', 's2', 's3', 's4', 's5', 's45', 's6', 's7'].includes(s)) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
   const defaultTargets: readonly TargetName[] = isCi ? ['sluice', 'uws', 'ws'] : cli.command === 's6' ? ['sluice', 'ws'] : ALL_TARGETS;
   let targets = targetsOf(v.targets, defaultTargets);
   if (!gatewayAvailable() && targets.some((t) => t.startsWith('sluice'))) {
@@ -217,6 +223,17 @@ async function main(): Promise<number> {
     repeats: cli.command === 's6' ? (int(v.repeats, 'repeats') ?? 1) : 1,
   });
 
+  // --delay-ms 0 is allowed (no delay); int() refuses 0.
+  const delayMs = v['delay-ms'] === '0' ? 0 : int(v['delay-ms'], 'delay-ms');
+  const s7: DrainConfig = {
+    ...S7_DEFAULT,
+    ...(sockets !== undefined ? { sockets } : {}), ...(procs !== undefined ? { procs } : {}),
+    ...(int(v.rate, 'rate') !== undefined ? { rate: int(v.rate, 'rate')! } : {}),
+    ...(delayMs !== undefined ? { delayMs } : {}),
+    ...(int(v.concurrency, 'concurrency') !== undefined ? { concurrency: int(v.concurrency, 'concurrency')! } : {}),
+  };
+  if (cli.command === 's7' && !gatewayAvailable()) throw new Error('apps/gateway/src/main.ts does not exist: S7 needs the gateway');
+
   const startedAt = new Date().toISOString();
   const buildAtStart = sluiceBuild();
   const t0 = performance.now();
@@ -240,6 +257,19 @@ async function main(): Promise<number> {
       log(`S6: ${JSON.stringify(s6)} targets ${o.targets.join(',')} repeats ${o.repeats}`);
       used['S6'] = s6;
       samples.push(...await runSlow(o, s6));
+    }
+    if (s === 's7' && gatewayAvailable() && (cli.command === 's7' || targets.includes('sluice'))) {
+      // In `all`, --sockets means the S1/S2/S4 sockets: S7 keeps its default of 10k there.
+      const cfg = cli.command === 's7' ? s7 : { ...S7_DEFAULT };
+      log(`S7: ${JSON.stringify(cfg)}`);
+      used['S7'] = cfg;
+      const got = await runDrain(opts, cfg);
+      samples.push(...got);
+      const drain = got[0];
+      if (drain?.timeline !== undefined && drain.timeline.length > 0) {
+        writeFileSync(join(BENCH_ROOT, 'results-s7.svg'), renderDrainSvg(drain));
+        log('  wrote benchmarks/results-s7.svg');
+      }
     }
   }
 

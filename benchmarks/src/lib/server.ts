@@ -73,13 +73,14 @@ export class ServerProc {
     this.lines = lines;
   }
 
-  static start(spec: TargetSpec, timeoutMs = 60_000): Promise<ServerProc> {
+  /** `extraEnv` overrides the environment above (S7: the drain settings). */
+  static start(spec: TargetSpec, timeoutMs = 60_000, extraEnv: Record<string, string> = {}): Promise<ServerProc> {
     let argv: string[];
     let env: Record<string, string>;
     if (spec.name === 'sluice' || spec.name === 'sluice-w1') {
       if (!gatewayAvailable()) return Promise.reject(new Error(`${GATEWAY_MAIN} does not exist yet`));
       argv = [process.execPath, '--import', 'tsx', GATEWAY_MAIN];
-      env = gatewayEnv(spec.threads);
+      env = { ...gatewayEnv(spec.threads), ...extraEnv };
     } else {
       argv = [process.execPath, '--import', 'tsx', PEER_MAIN, spec.name];
       env = { PORT: '0', HOST: '127.0.0.1' };
@@ -163,6 +164,15 @@ export class ServerProc {
     } catch {
       return undefined;
     }
+  }
+
+  /** Waits up to `timeoutMs` for the process to exit by itself; true when it did. */
+  async waitExit(timeoutMs: number): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<false>((r) => { timer = setTimeout(() => r(false), timeoutMs); });
+    const ok = await Promise.race([this.exited.then(() => true as const), timedOut]);
+    clearTimeout(timer);
+    return ok;
   }
 
   /** SIGTERM, then SIGKILL after `graceMs`. Resolves with how it ended. */

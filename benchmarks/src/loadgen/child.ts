@@ -7,10 +7,10 @@ import {
   Kind, S_BASE, S_WIDTH, T_BASE, T_WIDTH, eventDataPos, eventS, eventT, joinFrame, publishTemplate, replyRef, type PublishTemplate,
 } from '../lib/codec.ts';
 import { patchDigits } from '../lib/frames.ts';
-import { stampNow } from '../lib/clock.ts';
+import { monoUs, stampNow } from '../lib/clock.ts';
 import { encodeHistogram, newHistogram, type Histogram } from '../lib/hist.ts';
 import { openFileLimit } from '../lib/proc.ts';
-import type { ChildEvent, ConnectResult, Envelope, JoinResult, MarkResult, Request, Response, StopResult, UnstallResult } from './messages.ts';
+import type { ChildEvent, ClosesResult, ConnectResult, Envelope, JoinResult, MarkResult, Request, Response, StopResult, UnstallResult } from './messages.ts';
 
 const LIFETIME_MS = Number(process.env['LOADGEN_LIFETIME_MS'] ?? 15 * 60_000);
 setTimeout(() => {
@@ -19,7 +19,7 @@ setTimeout(() => {
 }, LIFETIME_MS).unref();
 process.on('disconnect', () => process.exit(0));
 
-type Phase = 'idle' | 'connect' | 'join' | 'pump' | 'track' | 'publish' | 'stopping' | 'stalled';
+type Phase = 'idle' | 'connect' | 'join' | 'pump' | 'track' | 'publish' | 'stopping' | 'stalled' | 'watch';
 
 const RING = 1 << 14;
 const RING_MASK = RING - 1;
@@ -36,6 +36,9 @@ class Generator implements ConnHandlers {
   duplicates = 0;
   closedAfterReady = 0;
   closeReasons: Record<string, number> = {};
+
+  // S7: closes seen since watchCloses
+  private watched: ClosesResult = { atUs: [], codes: [], retryAfterMs: [], other: {}, open: 0 };
 
   // connect phase
   private connectReasons: Record<string, number> = {};
@@ -86,6 +89,7 @@ class Generator implements ConnHandlers {
       return;
     }
     if (this.phase === 'idle') return; // our own reset
+    if (this.phase === 'watch') this.recordClose(why);
     this.closedAfterReady++;
     this.closeReasons[why] = (this.closeReasons[why] ?? 0) + 1;
     c.inFlight = 0;
@@ -380,6 +384,47 @@ class Generator implements ConnHandlers {
     });
   }
 
+  // ---- drain pacing (S7) ----
+
+  watchCloses(): number {
+    this.resetCounters();
+    this.watched = { atUs: [], codes: [], retryAfterMs: [], other: {}, open: 0 };
+    this.phase = 'watch';
+    return this.liveCount();
+  }
+
+  private recordClose(why: string): void {
+    const w = this.watched;
+    w.atUs.push(monoUs());
+    const m = /^ws close (\d+) ?(.*)$/s.exec(why);
+    let retry = -1;
+    if (m !== null) {
+      try {
+        const r = (JSON.parse(m[2]!) as { retryAfterMs?: unknown }).retryAfterMs;
+        if (typeof r === 'number') retry = r;
+      } catch { /* not JSON: counted under other */ }
+    }
+    w.codes.push(m === null ? 0 : Number(m[1]));
+    w.retryAfterMs.push(retry);
+    if (retry < 0) w.other[why.slice(0, 120)] = (w.other[why.slice(0, 120)] ?? 0) + 1;
+  }
+
+  closes(timeoutMs: number): Promise<ClosesResult> {
+    const t0 = Date.now();
+    return new Promise<ClosesResult>((resolve) => {
+      const check = (): void => {
+        const open = this.liveCount();
+        if (open === 0 || Date.now() - t0 >= timeoutMs) {
+          this.phase = 'idle';
+          resolve({ ...this.watched, open });
+          return;
+        }
+        setTimeout(check, 50);
+      };
+      check();
+    });
+  }
+
   // ---- common ----
 
   mark(): MarkResult {
@@ -475,6 +520,8 @@ async function handle(req: Request): Promise<unknown> {
     case 'credit': gen.credit(req.upTo); return null;
     case 'stall': return gen.stall();
     case 'unstall': return gen.unstall(req.timeoutMs);
+    case 'watchCloses': return gen.watchCloses();
+    case 'closes': return gen.closes(req.timeoutMs);
     case 'mark': return gen.mark();
     case 'stop': return gen.stop(req.timeoutMs);
     case 'reset': gen.reset(); return null;

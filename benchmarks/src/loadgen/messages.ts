@@ -18,6 +18,10 @@ export type Request =
   | { op: 'stall' }
   /** S6: read again, so that close frames queued behind the backlog are seen; wait up to timeoutMs for the sockets to close. */
   | { op: 'unstall'; timeoutMs: number }
+  /** S7: from now on record every close of a ready socket (time, close code, reason); sockets keep reading and are never reopened. */
+  | { op: 'watchCloses' }
+  /** S7: wait up to timeoutMs for every ready socket to close, then hand over what watchCloses recorded. */
+  | { op: 'closes'; timeoutMs: number }
   | { op: 'mark' }
   /** Stop sending; wait up to timeoutMs for outstanding replies. */
   | { op: 'stop'; timeoutMs: number }
@@ -60,6 +64,20 @@ export interface MarkResult {
 export interface UnstallResult {
   /** Why each socket closed (`ws close <code> <reason>`, `closed by peer`, an errno), counted since `stall`. */
   closeReasons: Record<string, number>;
+  /** Sockets still open when the wait ended. */
+  open: number;
+}
+
+/** S7: one entry per socket closed since watchCloses, in the order seen. */
+export interface ClosesResult {
+  /** CLOCK_MONOTONIC us (shared by every process) when the close was seen. */
+  atUs: number[];
+  /** WebSocket close code, or 0 when the socket ended without a close frame. */
+  codes: number[];
+  /** retryAfterMs of the close reason JSON, or -1 when absent or unparsable. */
+  retryAfterMs: number[];
+  /** Causes other than a close frame with a parsable reason (`closed by peer`, errnos, other reasons), counted. */
+  other: Record<string, number>;
   /** Sockets still open when the wait ended. */
   open: number;
 }

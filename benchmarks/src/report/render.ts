@@ -54,12 +54,13 @@ const SCENARIO_TITLE: Record<ScenarioId, string> = {
   S4: 'S4 idle memory',
   S5: 'S5 upgrade storm',
   S6: 'S6 slow consumers',
+  S7: 'S7 drain pacing',
 };
 
 /** One table per scenario with every target's medians; used by the terminal and results.md. */
 export function rowsTables(rowsList: readonly Row[]): string {
   const parts: string[] = [];
-  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5', 'S6'] as const) {
+  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7'] as const) {
     const rs = rowsList.filter((r) => r.scenario === sc);
     if (rs.length === 0) continue;
     parts.push(`### ${SCENARIO_TITLE[sc]}`);
@@ -76,6 +77,8 @@ export function rowsTables(rowsList: readonly Row[]): string {
         rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtBytes(r.rssPerSocketBytes), status(r)])));
     } else if (sc === 'S6') {
       parts.push(s6Table(rs, status));
+    } else if (sc === 'S7') {
+      parts.push(s7Table(rs, status));
     } else {
       parts.push(table(
         ['variant', 'target', 'server CPU per upgrade', 'upgrades/server-CPU-s', 'connect p99', 'longest stall (max of runs)', 'server CPU', 'busiest generator', 'other load', 'ok runs'],
@@ -105,6 +108,80 @@ function s6Table(rs: readonly Row[], status: (r: Row) => string): string {
     );
 }
 
+export function s7Table(rs: readonly Row[], status: (r: Row) => string): string {
+  const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
+  const n = (r: Row, k: string): string => r.notes[k] ?? '-';
+  const f = (v: number, d = 0): string => (Number.isFinite(v) ? v.toFixed(d) : 'n/a');
+  const sh = (v: number): string => (Number.isFinite(v) ? `${(v * 100).toFixed(0)}%` : 'n/a');
+  return 'Times are client-side, from SIGTERM; buckets start at the drain delay and only whole buckets before the last close count; ' +
+    '`within`: buckets whose closes are within +-20% of the target (rate per second, rate/10 per 100 ms); retryAfterMs: 10 bins over [1000, 6000], ' +
+    'chi-square against uniform (9 df, 5% critical value 16.9).\n\n' +
+    table(
+      ['variant', 'closes (codes)', 'first / last close', 'drain time vs sockets/rate', 'closes/s min..max', 'seconds within', '100 ms buckets min..max', '100 ms within',
+        'retryAfterMs min..max', 'retry bins', 'chi-square (p)', 'readiness polls (admin port)', 'exit', 'peak server CPU', 'findings', 'ok runs'],
+      rs.map((r) => [r.variant, `${f(x(r, 'closes'))} ${n(r, 'closeCodes')}`, `${f(x(r, 'firstCloseMs'))} / ${f(x(r, 'lastCloseMs'))} ms`,
+        `${f(x(r, 'drainS'), 2)} s vs ${f(x(r, 'expectedDrainS'), 2)} s (${f(x(r, 'drainVsExpected'), 2)}x)`,
+        `${f(x(r, 'closesPerSecondMin'))}..${f(x(r, 'closesPerSecondMax'))}`, `${sh(r.drainSecondsWithin)} of ${f(x(r, 'seconds'))}`,
+        `${f(x(r, 'buckets100Min'))}..${f(x(r, 'buckets100Max'))}`, `${sh(x(r, 'buckets100Within'))} of ${f(x(r, 'buckets100'))}`,
+        `${f(x(r, 'retryMinMs'))}..${f(x(r, 'retryMaxMs'))}`, n(r, 'retryHist'), `${f(x(r, 'retryChi2'), 1)} (${f(x(r, 'retryChi2P'), 3)})`,
+        `first ${n(r, 'readyFirst')}; ${n(r, 'readyStatuses')}; upgrade in the delay: ${n(r, 'upgradeDuringDelay')}`, `${f(x(r, 'exitCode'))} after ${f(x(r, 'exitAfterS'), 1)} s`, pct(x(r, 'peakServerCpu')),
+        n(r, 'findings') === '' ? 'none' : n(r, 'findings'), status(r)]),
+    );
+}
+
+/** Closes per second (bars, from 100 ms buckets summed per second) and per 100 ms x10 (line) against the target rate. */
+export function renderDrainSvg(s: Sample): string {
+  const tl = (s.timeline ?? []) as Array<{ t: number; closes: number }>;
+  const rate = Number(s.extra['rate']);
+  const delay = Number(s.extra['delayMs']);
+  // Seconds counted from the end of the delay, as in the table; the last one is partial when the drain ended inside it.
+  const perSec: number[] = [];
+  let lastT = 0;
+  for (const b of tl) {
+    if (b.closes > 0) lastT = b.t + 100;
+    if (b.t < delay) continue;
+    const k = Math.floor((b.t - delay) / 1000);
+    perSec[k] = (perSec[k] ?? 0) + b.closes;
+  }
+  for (let i = 0; i < perSec.length; i++) perSec[i] ??= 0;
+  const width = 880;
+  const height = 360;
+  const left = 60;
+  const top = 50;
+  const plotW = width - left - 30;
+  const plotH = height - top - 50;
+  const maxT = Math.max(1, Math.ceil(delay / 1000 + perSec.length));
+  const maxY = Math.max(rate * 1.5, ...perSec, ...tl.map((b) => b.closes * 10)) * 1.05;
+  const x = (sec: number): number => left + (sec / maxT) * plotW;
+  const y = (v: number): number => top + plotH - (v / maxY) * plotH;
+  const esc = (t: string): string => t.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+  const out: string[] = [];
+  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`);
+  out.push(`<rect width="${width}" height="${height}" fill="white"/>`);
+  out.push(`<text x="10" y="20" font-size="14" font-weight="bold">${esc(`S7 drain pacing: closes per second after SIGTERM (${s.variant})`)}</text>`);
+  out.push(`<text x="10" y="38" fill="#555">${esc('bars: closes/s after the delay (green: within +-20%, red: outside, grey: last partial s); line: closes per 100 ms x10; dashed: target +-20%')}</text>`);
+  out.push(`<rect x="${x(0)}" y="${top}" width="${x(delay / 1000) - x(0)}" height="${plotH}" fill="#eee"/>`);
+  for (let v = 0; v <= maxY; v += maxY > 2000 ? 500 : maxY > 800 ? 200 : 100) {
+    out.push(`<line x1="${left}" y1="${y(v)}" x2="${left + plotW}" y2="${y(v)}" stroke="#e4e4e4"/>`);
+    out.push(`<text x="${left - 6}" y="${y(v) + 4}" text-anchor="end" fill="#555">${v}</text>`);
+  }
+  perSec.forEach((c, i) => {
+    const s0 = delay / 1000 + i;
+    const partial = delay + (i + 1) * 1000 > lastT;
+    const ok = c >= rate * 0.8 && c <= rate * 1.2;
+    out.push(`<rect x="${x(s0) + 1}" y="${y(c)}" width="${Math.max(1, x(s0 + 1) - x(s0) - 2)}" height="${y(0) - y(c)}" fill="${partial ? '#bbb' : ok ? '#7fb685' : '#e08a7e'}"/>`);
+  });
+  out.push(`<polyline fill="none" stroke="#2c3e80" stroke-width="1" points="${tl.map((b) => `${x((b.t + 50) / 1000).toFixed(1)},${y(b.closes * 10).toFixed(1)}`).join(' ')}"/>`);
+  for (const [v, w] of [[rate, 2], [rate * 0.8, 1], [rate * 1.2, 1]] as const) {
+    out.push(`<line x1="${left}" y1="${y(v)}" x2="${left + plotW}" y2="${y(v)}" stroke="black" stroke-width="${w}" stroke-dasharray="6 4"/>`);
+  }
+  const step = maxT > 40 ? 5 : maxT > 15 ? 2 : 1;
+  for (let t = 0; t <= maxT; t += step) out.push(`<text x="${x(t)}" y="${top + plotH + 16}" text-anchor="middle" fill="#555">${t}s</text>`);
+  out.push(`<text x="${left + plotW / 2}" y="${height - 10}" text-anchor="middle" fill="#555">seconds after SIGTERM</text>`);
+  out.push('</svg>');
+  return `${out.join('\n')}\n`;
+}
+
 /** Sluice/peer ratios, one row per (scenario, variant, Sluice build). */
 export function ratiosTable(ratiosList: readonly Ratio[]): string {
   const peers: TargetName[] = ['uws', 'ws', 'sio'];
@@ -126,7 +203,7 @@ export function goalsTable(goals: readonly GoalResult[]): string {
   return 'A goal with several variants (S1: 32 B and 1 KB) is held against the worse of them.\n\n' + table(['goal', 'Sluice build', 'measured', 'met'], goals.map((g) => {
     const f = g.goal.field;
     const v = f === 'rssPerSocketBytes' || f === 'rssGrowthPerStalledBytes' ? fmtBytes(g.measured)
-      : f === 'rssSlopeBytesPerS' ? `${fmtBytes(g.measured)}/s` : f === 'stallMaxMs' ? fmtMs(g.measured) : fmtRatio(g.measured);
+      : f === 'rssSlopeBytesPerS' ? `${fmtBytes(g.measured)}/s` : f === 'stallMaxMs' ? fmtMs(g.measured) : f === 'drainSecondsWithin' ? pct(g.measured) : fmtRatio(g.measured);
     return [g.goal.text, PEER_LABEL[g.sluice], v, g.met === null ? 'not measured' : g.met ? 'yes' : '**no**'];
   }));
 }

@@ -36,6 +36,8 @@ export interface Row {
   rssGrowthPerStalledBytes: number;
   rssSlopeBytesPerS: number;
   p99VsBaseline: number;
+  /** S7 goal: share of whole seconds after the drain delay with closes within +-20% of the target rate. */
+  drainSecondsWithin: number;
   /** Median of every numeric `extra` field over the successful repeats. */
   extras: Record<string, number>;
   /** Every string `extra` field, distinct values over the successful repeats joined with " / ". */
@@ -53,10 +55,11 @@ export const HEADLINE: Record<ScenarioId, { key: HeadlineKey; higherIsBetter: bo
   S4: { key: 'rssPerSocketBytes', higherIsBetter: false, label: 'RSS per idle socket' },
   S5: { key: 'cpuPerUpgradeUs', higherIsBetter: false, label: 'server CPU per upgrade' },
   S6: { key: 'p99Us', higherIsBetter: false, label: 'healthy subscribers p99' },
+  S7: { key: 'perServerCpuS', higherIsBetter: true, label: 'closes per server-CPU-s' },
 };
 
-/** Scenarios judged by absolute goals only (S6: against its own run without stalled sockets): no Sluice/peer ratio. */
-const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6']);
+/** Scenarios judged by absolute goals only (S6: against its own run without stalled sockets; S7: Sluice only): no Sluice/peer ratio. */
+const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7']);
 
 function extraNum(s: Sample, k: string): number {
   const v = s.extra[k];
@@ -114,6 +117,7 @@ export function rows(samples: readonly Sample[]): Row[] {
       rssGrowthPerStalledBytes: median(ok.map((s) => extraNum(s, 'rssGrowthPerStalledBytes'))),
       rssSlopeBytesPerS: median(ok.map((s) => extraNum(s, 'goalRssSlopeBytesPerS'))),
       p99VsBaseline: median(ok.map((s) => extraNum(s, 'p99VsBaseline'))),
+      drainSecondsWithin: median(ok.map((s) => extraNum(s, 'secondsWithin'))),
       extras: extrasMedians(ok),
       notes: extrasNotes(ok),
       errors: [...new Set(g.filter((s) => !s.ok).map((s) => s.error ?? 'failed'))],

@@ -91,6 +91,27 @@ export interface WindowResult {
   latency: LatencySummary;
 }
 
+/** The fields of a sample that follow from its measurement window, its count and what went wrong. */
+export function windowFields(w: WindowResult, count: number, serverThreads: number, problems: readonly string[]): Pick<Sample,
+  'ok' | 'error' | 'count' | 'wallS' | 'serverCpuS' | 'clientCpuS' | 'serverUtil' | 'clientUtilMax' | 'otherUtil' | 'bound' |
+  'perSec' | 'perServerCpuS' | 'latency'> {
+  return {
+    ok: problems.length === 0,
+    ...(problems.length > 0 ? { error: problems.join('; ') } : {}),
+    count,
+    wallS: w.wallS,
+    serverCpuS: w.serverCpuS,
+    clientCpuS: w.clientCpuS,
+    serverUtil: w.serverUtil,
+    clientUtilMax: Math.max(...w.clientUtils),
+    otherUtil: w.otherUtil,
+    bound: classifyBound(w.serverUtil, w.clientUtils, serverThreads),
+    perSec: count / w.wallS,
+    perServerCpuS: w.serverCpuS > 0 ? count / w.serverCpuS : NaN,
+    latency: w.latency,
+  };
+}
+
 /** Difference of two snapshots; `include` picks which processes' marks count. */
 export function diff(a: Snapshot, b: Snapshot, include: (i: number) => boolean = () => true): WindowResult {
   const wallS = (b.t - a.t) / 1000;

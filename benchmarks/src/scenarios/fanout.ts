@@ -8,7 +8,7 @@
 import type { ConnectResult, JoinResult, MarkResult, StopResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
 import type { ServerProc, TargetSpec } from '../lib/server.ts';
-import { classifyBound, diff, interleave, sleep, snapshot, type RunOptions, type Sample } from './common.ts';
+import { diff, interleave, sleep, snapshot, type RunOptions, type Sample, windowFields } from './common.ts';
 
 export interface FanoutConfig {
   subscribers: number;
@@ -107,19 +107,7 @@ async function fanoutOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, rep
       variant: `${cfg.size}B`,
       target: spec.name,
       repeat,
-      ok: problems.length === 0,
-      ...(problems.length > 0 ? { error: problems.join('; ') } : {}),
-      count,
-      wallS: subs.wallS,
-      serverCpuS: subs.serverCpuS,
-      clientCpuS: subs.clientCpuS,
-      serverUtil: subs.serverUtil,
-      clientUtilMax: Math.max(...subs.clientUtils),
-      otherUtil: subs.otherUtil,
-      bound: classifyBound(subs.serverUtil, subs.clientUtils, spec.threads),
-      perSec: count / subs.wallS,
-      perServerCpuS: subs.serverCpuS > 0 ? count / subs.serverCpuS : NaN,
-      latency: subs.latency,
+      ...windowFields(subs, count, spec.threads, problems),
       extra: {
         subscribers: cfg.subscribers, depth: cfg.depth, window: cfg.window, payloadBytes: cfg.size,
         publishes: pub.delta.publishes, publishAcks: pub.delta.replies, fullyDeliveredSeqs: seqB - seqA,

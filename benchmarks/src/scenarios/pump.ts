@@ -7,7 +7,7 @@
 import type { ConnectResult, JoinResult, StopResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
 import type { ServerProc, TargetSpec } from '../lib/server.ts';
-import { classifyBound, diff, interleave, sleep, snapshot, type RunOptions, type Sample, type ScenarioId } from './common.ts';
+import { diff, interleave, sleep, snapshot, type RunOptions, type Sample, type ScenarioId, windowFields } from './common.ts';
 
 export interface PumpConfig {
   scenario: ScenarioId;
@@ -74,19 +74,7 @@ async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, repea
       variant: sizeLabel(size),
       target: spec.name,
       repeat,
-      ok: problems.length === 0,
-      ...(problems.length > 0 ? { error: problems.join('; ') } : {}),
-      count,
-      wallS: w.wallS,
-      serverCpuS: w.serverCpuS,
-      clientCpuS: w.clientCpuS,
-      serverUtil: w.serverUtil,
-      clientUtilMax: Math.max(...w.clientUtils),
-      otherUtil: w.otherUtil,
-      bound: classifyBound(w.serverUtil, w.clientUtils, spec.threads),
-      perSec: count / w.wallS,
-      perServerCpuS: w.serverCpuS > 0 ? count / w.serverCpuS : NaN,
-      latency: w.latency,
+      ...windowFields(w, count, spec.threads, problems),
       extra: {
         sockets: cfg.sockets, depth: cfg.depth, payloadBytes: size, events: w.delta.events,
         eventsPerReply: count > 0 ? w.delta.events / count : 0, outstandingAtStop: outstanding, ephemeral: cfg.ephemeral,

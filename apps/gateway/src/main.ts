@@ -21,28 +21,22 @@ function main(): void {
   const { config, warnings } = loaded;
   const log = createLogger(config.logLevel, { role: 'coordinator' });
   for (const w of warnings) log.warn(w);
-  const drain = (reason: string): void => {
-    coordinator.drain(reason).then(
+  /** Exits 0 once the coordinator has stopped, 1 if stopping failed. */
+  const exitAfter = (what: string, done: Promise<void>): void => {
+    done.then(
       () => process.exit(0),
       (err: unknown) => {
-        log.fatal({ err }, 'drain failed');
+        log.fatal({ err }, `${what} failed`);
         process.exit(1);
       },
     );
   };
+  const drain = (reason: string): void => exitAfter('drain', coordinator.drain(reason));
+  const stop = (reason: string): void => exitAfter('stop', coordinator.stop(reason));
   const coordinator = new Coordinator(config, log, {
     testHooks: process.env.SLUICE_TEST_HOOKS === '1',
     onDrainRequest: () => drain('POST /admin/drain'),
   });
-  const stop = (signal: string): void => {
-    coordinator.stop(signal).then(
-      () => process.exit(0),
-      (err: unknown) => {
-        log.fatal({ err }, 'stop failed');
-        process.exit(1);
-      },
-    );
-  };
   // SIGTERM is the deploy: the paced drain. SIGINT (Ctrl-C) drains too; a
   // second SIGINT stops at once.
   process.on('SIGTERM', () => drain('SIGTERM'));

@@ -595,7 +595,7 @@ class Shard {
       const b = ws.getBufferedAmount();
       buffered += b;
       this.lane.settle(ws, d, b);
-      this.lane.check(ws, d, now);
+      this.lane.check(ws, d, now, b);
       if (d.open) this.lane.watchIf(ws, b);
     }
     this.bufferedBytes = buffered;

@@ -48,12 +48,11 @@ export class SlowLane<D extends LaneData> {
    * direct sends: a socket at the hard limit is closed, a congested one moves
    * to the slow lane.
    */
-  check(ws: WebSocket<D>, d: D, now: number): void {
+  check(ws: WebSocket<D>, d: D, now: number, buffered: number = ws.getBufferedAmount()): void {
     if (d.mailbox !== null) {
       this.tick(ws, d, now);
       return;
     }
-    const buffered = ws.getBufferedAmount();
     if (buffered < this.limits.slowBufferBytes) return;
     const out = decideOutbound(d, buffered, now, this.limits);
     if (out === 'close_buffer_limit') {

@@ -5,6 +5,7 @@
 import { availableParallelism } from 'node:os';
 import { ConfigError, loadConfig } from '@sluice/core';
 import { createLogger } from '@sluice/telemetry';
+import { loadJwtKey } from './auth.ts';
 import { Coordinator } from './coordinator.ts';
 
 function main(): void {
@@ -19,8 +20,24 @@ function main(): void {
     throw err;
   }
   const { config, warnings } = loaded;
+  if (config.auth === 'jwt') {
+    // The key file is read here too, so that a bad one stops the start with
+    // a message that names it, before any thread runs.
+    try {
+      loadJwtKey(config);
+    } catch (err) {
+      process.stderr.write(`sluice: Invalid configuration (1 problem):\n  ${(err as Error).message}\n`);
+      process.exit(2);
+    }
+  }
   const log = createLogger(config.logLevel, { role: 'coordinator' });
   for (const w of warnings) log.warn(w);
+  if (config.auth === 'none') {
+    log.warn('WS_AUTH=none: every client is user "anonymous" of tenant "default" and may join and publish anywhere; ' +
+      'set WS_AUTH=jwt for anything reachable from outside');
+  } else if (config.adminToken === undefined) {
+    log.warn('ADMIN_TOKEN is unset: POST /v1/publish on the admin port is open to anyone who reaches it');
+  }
   /** Exits 0 once the coordinator has stopped, 1 if stopping failed. */
   const exitAfter = (what: string, done: Promise<void>): void => {
     done.then(

@@ -6,15 +6,18 @@
  * and the shared flags.
  */
 import type { MessagePort } from 'node:worker_threads';
-import { Coalescer, type Config, compareEventIds, type Delivery, effectiveSlowBufferBytes, type EventId, type FixedWindowState,
+import { allows, ANONYMOUS, clientAddress, Coalescer, type Config, type Identity, type OriginRule, originAllowed,
+  parseOriginList, type Rights, compareEventIds, type Delivery, effectiveSlowBufferBytes, type EventId, type FixedWindowState,
   type HistoryRead, hitFixedWindow, jitter, type Mailbox, type MailItem, topicKey } from '@sluice/core';
 import {
   type CloseReason, closeSpecs, decodeClientFrame, encodeCloseReason, encodePong, encodeRejection, encodeReplyOk,
   type ErrorReason, ErrorReasons, isStrike, type JoinFrame, type LeaveFrame, parseEventId, PEEK_REF_BYTES, peekRef,
-  PROTOCOL_VERSION, type PublishFrame, welcomeFrame, welcomePrefix, EventClass,
+  PROTOCOL_VERSION, type PublishFrame, type UpgradeRefusal, welcomeFrame, welcomePrefix, EventClass,
 } from '@sluice/protocol';
 import { counterFrom, createLogger, gaugeFrom, type Logger, registerEventLoopStall, Registry } from '@sluice/telemetry';
+import { tokenFrom, Verifier } from './auth.ts';
 import type { FromShardControl, ToShardControl } from './control.ts';
+import { ExpiryTimers } from './expiry.ts';
 import { MeshBroker } from './mesh-broker.ts';
 import { type LaneData, SlowLane } from './slow-lane.ts';
 import { Flag, SharedState } from './shared-state.ts';
@@ -45,9 +48,16 @@ export interface ShardExit {
 /** Per-socket state, typed, stored as the uWS user data. */
 interface SocketData extends FixedWindowState, LaneData {
   readonly id: string;
+  /** Who the socket is: fixed at the upgrade, never changed. */
   readonly tenant: string;
   readonly user: string;
+  /** The client address (X-Forwarded-For only behind WS_TRUST_PROXY). */
   readonly ip: string;
+  /** Topics the socket may join and publish to. */
+  readonly join: Rights;
+  readonly pub: Rights;
+  /** The token's exp in ms; Infinity without a token. The socket is closed with 4001 then. */
+  readonly expiresAt: number;
   open: boolean;
   strikes: number;
   /** Publishes sent to the broker whose ack the client has not been sent yet. */
@@ -86,6 +96,8 @@ interface TopicState {
  */
 const LANE_SWEEP_MS = 10;
 const CRASH_FRAME = '{"type":"debug.crash"}';
+/** A Sec-WebSocket-Key: 16 bytes in base64. */
+const WS_KEY = /^[A-Za-z0-9+/]{22}==$/;
 const utf8 = new TextDecoder();
 
 export default function runShard(task: ShardTask): Promise<ShardExit> {
@@ -106,6 +118,10 @@ class Shard {
   private readonly welcome: string;
   private readonly replies = new Map<Socket, string[]>();
   private readonly lane: SlowLane<SocketData>;
+  /** WS_AUTH=jwt: the token checker; null with WS_AUTH=none. */
+  private readonly verifier: Verifier | null;
+  private readonly origins: readonly OriginRule[] | undefined;
+  private readonly expiry = new ExpiryTimers<Socket>((ws) => this.closeWith(ws, ws.getUserData(), 'token_expired'));
   /** Unsent bytes of every socket of this shard, summed by the last sweep. */
   private bufferedBytes = 0;
   private deliveredSinceSweep = false;
@@ -128,7 +144,9 @@ class Shard {
     framesIn: 0,
     drained: 0,
     rejections: Object.fromEntries(ErrorReasons.map((r) => [r, 0])) as Record<ErrorReason, number>,
-    upgrades: { accepted: 0, unavailable: 0 } as Record<'accepted' | 'unavailable', number>,
+    upgrades: { accepted: 0, unavailable: 0, unauthorized: 0, forbidden_origin: 0, ip_rate_limited: 0, tenant_rate_limited: 0,
+      bad_request: 0, headers_too_large: 0, aborted: 0 } as
+      Record<UpgradeRefusal | 'accepted' | 'aborted', number>,
     closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0, buffer_limit: 0, congested: 0, slow_consumer: 0 } as
       Record<string, number>,
   };
@@ -142,6 +160,8 @@ class Shard {
     this.broker.onDelivery((d) => this.deliver(d));
     task.control.on('message', (m: ToShardControl) => this.control(m));
     this.welcome = welcomePrefix(this.cfg.heartbeatMs, this.cfg);
+    this.verifier = this.cfg.auth === 'jwt' ? new Verifier(this.cfg) : null;
+    this.origins = this.cfg.allowedOrigins === undefined ? undefined : parseOriginList(this.cfg.allowedOrigins);
     this.lane = new SlowLane<SocketData>(
       {
         maxBufferedBytes: this.cfg.maxBufferedBytes,
@@ -199,11 +219,32 @@ class Shard {
         // rather than skip a socket silently.
         maxBackpressure: 2 * cfg.maxBufferedBytes + 2 * cfg.hardMaxFrameBytes,
         closeOnBackpressureLimit: 1, // a boolean that the typings of this build declare as a number
-        upgrade: (res, req, context) => this.upgrade(res, req, context),
+        upgrade: (res, req, context) => {
+          // uWS aborts the whole process when an upgrade handler throws
+          // without answering: a bug here must cost one request, not the node.
+          try {
+            this.upgrade(res, req, context);
+          } catch (err) {
+            this.log.error({ err }, 'upgrade handler failed');
+            try {
+              res.cork(() => res.writeStatus('500 Internal Server Error').end('{"reason":"internal"}', true));
+            } catch {
+              // Already answered before the failure.
+            }
+          }
+        },
         open: (ws) => this.open(ws),
         message: (ws, message, isBinary) => this.message(ws, message, isBinary),
         close: (ws) => this.close(ws),
         drain: (ws) => this.lane.drained(ws, ws.getUserData(), Date.now()),
+      })
+      // Reached only by a request to /ws that uWS did not take as a WebSocket handshake.
+      .any('/ws', (res, req) => {
+        if (req.getHeader('upgrade').toLowerCase() === 'websocket') {
+          this.refuse(res, 'bad_request', '400 Bad Request', undefined, undefined, 'no sec-websocket-key');
+        } else {
+          this.refuse(res, 'bad_request', '426 Upgrade Required', 'upgrade', 'websocket', 'not an upgrade');
+        }
       })
       .get('/health/live', (res) => httpJson(res, '200 OK', '{"status":"live"}'))
       .get('/health/ready', (res) => {
@@ -217,28 +258,109 @@ class Shard {
 
   private upgrade(res: HttpResponse, req: HttpRequest, context: us_socket_context_t): void {
     const cfg = this.cfg;
-    if (this.stopping || this.shared.has(Flag.Draining) ||
-        (cfg.maxSockets !== 0 && this.shared.totalSockets(cfg.workers) >= cfg.maxSockets)) {
-      this.m.upgrades.unavailable++;
-      const retryAfterMs = jitter(cfg.retryAfterMinMs, cfg.retryAfterMaxMs, Math.random);
-      res.cork(() => {
-        res.writeStatus('503 Service Unavailable')
-          .writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
-          .writeHeader('content-type', 'application/json')
-          .end(`{"reason":"unavailable","retryAfterMs":${retryAfterMs}}`, true);
-      });
+    if (this.unavailable()) {
+      this.refuseUnavailable(res);
       return;
     }
     // uWS: every header MUST be read before upgrade() returns; req is gone afterwards.
+    // One pass over the headers: their size, and every X-Forwarded-For line
+    // (a proxy may add its own line rather than append to the client's).
+    const query = req.getQuery() ?? ''; // undefined when the URL has none, whatever the typings say
+    let headerBytes = req.getUrl().length + query.length;
+    let forwardedFor = '';
+    req.forEach((k, v) => {
+      headerBytes += k.length + v.length + 4;
+      if (k === 'x-forwarded-for') forwardedFor = forwardedFor === '' ? v : `${forwardedFor},${v}`;
+    });
+    if (headerBytes > cfg.maxHeaderBytes) {
+      this.refuse(res, 'headers_too_large', '431 Request Header Fields Too Large');
+      return;
+    }
     const key = req.getHeader('sec-websocket-key');
+    const version = req.getHeader('sec-websocket-version');
+    if (version !== '13') {
+      this.refuse(res, 'bad_request', '426 Upgrade Required', 'sec-websocket-version', '13');
+      return;
+    }
+    if (!WS_KEY.test(key)) {
+      this.refuse(res, 'bad_request', '400 Bad Request');
+      return;
+    }
+    const origin = req.getHeader('origin');
+    if (this.origins !== undefined && origin !== '' && !originAllowed(this.origins, origin)) {
+      this.refuse(res, 'forbidden_origin', '403 Forbidden');
+      return;
+    }
     const offered = req.getHeader('sec-websocket-protocol');
     const extensions = req.getHeader('sec-websocket-extensions');
     const protocol = offered.split(',').some((p) => p.trim() === PROTOCOL_VERSION) ? PROTOCOL_VERSION : '';
+    const ip = clientAddress(Buffer.from(res.getRemoteAddressAsText()).toString(), forwardedFor, cfg.trustProxy);
+    if (this.verifier === null) {
+      this.accept(res, context, key, protocol, extensions, ip, ANONYMOUS);
+      return;
+    }
+    const token = tokenFrom({ authorization: req.getHeader('authorization'), protocols: offered, query });
+    if (token === undefined) {
+      this.refuse(res, 'unauthorized', '401 Unauthorized', undefined, undefined, 'no token');
+      return;
+    }
+    // The async upgrade: the response must have an abort handler while the
+    // token is checked, and everything written afterwards goes in one cork.
+    let aborted = false;
+    res.onAborted(() => {
+      aborted = true;
+      this.m.upgrades.aborted++;
+    });
+    void this.verifier.verify(token, Date.now()).then((v) => {
+      if (aborted) return;
+      if (!v.ok) this.refuse(res, 'unauthorized', '401 Unauthorized', undefined, undefined, v.why);
+      else if (this.unavailable()) this.refuseUnavailable(res);
+      else this.accept(res, context, key, protocol, extensions, ip, v.identity);
+    });
+  }
+
+  private unavailable(): boolean {
+    const cfg = this.cfg;
+    return this.stopping || this.shared.has(Flag.Draining) ||
+      (cfg.maxSockets !== 0 && this.shared.totalSockets(cfg.workers) >= cfg.maxSockets);
+  }
+
+  private refuseUnavailable(res: HttpResponse): void {
+    const cfg = this.cfg;
+    this.m.upgrades.unavailable++;
+    const retryAfterMs = jitter(cfg.retryAfterMinMs, cfg.retryAfterMaxMs, Math.random);
+    res.cork(() => {
+      res.writeStatus('503 Service Unavailable')
+        .writeHeader('retry-after', String(Math.max(1, Math.ceil(retryAfterMs / 1000))))
+        .writeHeader('content-type', 'application/json')
+        .end(`{"reason":"unavailable","retryAfterMs":${retryAfterMs}}`, true);
+    });
+  }
+
+  /** A plain-HTTP refusal at the upgrade; no socket is opened. `why` goes to the debug log, never a token. */
+  private refuse(res: HttpResponse, reason: Exclude<UpgradeRefusal, 'unavailable'>, status: string, header?: string,
+    value?: string, why?: string): void {
+    this.m.upgrades[reason]++;
+    if (this.log.isLevelEnabled('debug')) {
+      this.log.debug({ reason, why, ip: Buffer.from(res.getRemoteAddressAsText()).toString() }, 'upgrade refused');
+    }
+    res.cork(() => {
+      res.writeStatus(status);
+      if (header !== undefined) res.writeHeader(header, value!);
+      res.writeHeader('content-type', 'application/json').end(`{"reason":"${reason}"}`, true);
+    });
+  }
+
+  private accept(res: HttpResponse, context: us_socket_context_t, key: string, protocol: string, extensions: string, ip: string,
+    who: Identity): void {
     const data: SocketData = {
       id: `${this.task.nodeId}.${this.task.shard}.${this.task.generation}.${(++this.seq).toString(36)}`,
-      tenant: 'default',
-      user: 'anonymous',
-      ip: Buffer.from(res.getRemoteAddressAsText()).toString(),
+      tenant: who.tenant,
+      user: who.user,
+      ip,
+      join: who.join,
+      pub: who.publish,
+      expiresAt: who.expiresAt,
       open: true,
       strikes: 0,
       inflight: 0,
@@ -250,7 +372,7 @@ class Shard {
       windowCount: 0,
     };
     this.m.upgrades.accepted++;
-    res.upgrade(data, key, protocol, extensions, context);
+    res.cork(() => res.upgrade(data, key, protocol, extensions, context));
   }
 
   private open(ws: Socket): void {
@@ -258,6 +380,11 @@ class Shard {
     this.sockets.add(ws);
     this.shared.addSockets(this.task.shard, 1);
     ws.send(welcomeFrame(this.welcome, d.id), false);
+    if (d.expiresAt !== Infinity) {
+      // The token may have expired between its check and now.
+      if (d.expiresAt <= Date.now()) this.closeWith(ws, d, 'token_expired');
+      else this.expiry.add(ws, d.expiresAt);
+    }
   }
 
   private close(ws: Socket): void {
@@ -265,6 +392,7 @@ class Shard {
     d.open = false;
     this.sockets.delete(ws);
     this.shared.addSockets(this.task.shard, -1);
+    if (d.expiresAt !== Infinity) this.expiry.delete(ws, d.expiresAt);
     this.lane.forget(ws, d);
     if (d.topics !== null) {
       // uWS already removed the socket from its native topics.
@@ -351,6 +479,10 @@ class Shard {
   }
 
   private publish(ws: Socket, d: SocketData, f: PublishFrame): void {
+    if (!allows(d.pub, f.topic)) {
+      this.reject(ws, d, f.ref, 'forbidden', undefined, `the token does not allow publishing to ${f.topic}`);
+      return;
+    }
     d.strikes = 0;
     d.inflight++;
     let inline = true;
@@ -401,6 +533,10 @@ class Shard {
     if (d.topics?.has(f.topic) === true) {
       d.strikes = 0;
       ws.send(encodeReplyOk(f.ref), false);
+      return;
+    }
+    if (!allows(d.join, f.topic)) {
+      this.reject(ws, d, f.ref, 'forbidden', undefined, `the token does not allow joining ${f.topic}`);
       return;
     }
     if ((d.topics?.size ?? 0) >= this.cfg.maxJoins) {
@@ -655,6 +791,7 @@ class Shard {
     if (this.sweepTimer !== undefined) clearInterval(this.sweepTimer);
     if (this.laneTimer !== undefined) clearInterval(this.laneTimer);
     if (this.coalesceTimer !== undefined) clearTimeout(this.coalesceTimer);
+    this.expiry.clear();
     this.closeListenSocket();
     const cfg = this.cfg;
     for (const ws of [...this.sockets]) {

@@ -4,6 +4,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { request as httpRequest } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 
@@ -227,4 +228,39 @@ export async function eventually(check: () => Promise<boolean> | boolean, ms = 5
     if (Date.now() > deadline) throw new Error('condition not met in time');
     await new Promise((r) => setTimeout(r, 25));
   }
+}
+
+export interface RawResponse {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+  readonly body: string;
+}
+
+/**
+ * An upgrade request by hand (fetch refuses the upgrade header). Resolves
+ * with the plain-HTTP refusal; rejects when the server upgrades instead.
+ * `headers` are added to (or, set to null, removed from) a valid handshake.
+ */
+export function rawUpgrade(port: number, opts: { path?: string; headers?: Record<string, string | null> } = {}): Promise<RawResponse> {
+  const headers: Record<string, string> = {
+    upgrade: 'websocket', connection: 'Upgrade', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'sec-websocket-version': '13',
+  };
+  for (const [k, v] of Object.entries(opts.headers ?? {})) {
+    if (v === null) delete headers[k];
+    else headers[k] = v;
+  }
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port, path: opts.path ?? '/ws', headers });
+    req.on('upgrade', (_res, socket) => {
+      socket.destroy();
+      reject(new Error('upgraded although refused'));
+    });
+    req.on('response', (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers as Record<string, string>, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
 }

@@ -1,8 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
 import { ownerOf, topicKey } from '@sluice/core';
-import { Client, clientsOnShards, eventually, metricValue, runUntilExit, startGateway } from './harness.ts';
+import { Client, clientsOnShards, eventually, metricValue, rawUpgrade, runUntilExit, startGateway } from './harness.ts';
 
 describe('start', () => {
   test('a bad environment stops the start with one message naming every bad variable', async () => {
@@ -151,24 +150,6 @@ describe('HTTP', () => {
     assert.equal(await gw.stop(), 0);
   });
 });
-
-/** An upgrade request by hand (fetch refuses the upgrade header), answered with plain HTTP. */
-function rawUpgrade(port: number): Promise<{ status: number; headers: Record<string, string>; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({
-      host: '127.0.0.1', port, path: '/ws',
-      headers: { upgrade: 'websocket', connection: 'Upgrade', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'sec-websocket-version': '13' },
-    });
-    req.on('upgrade', () => reject(new Error('upgraded although refused')));
-    req.on('response', (res) => {
-      let body = '';
-      res.on('data', (c: Buffer) => (body += c.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers as Record<string, string>, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 describe('heartbeat', () => {
   test('the server pings; a socket that answers stays open, one that sends nothing is closed', async () => {

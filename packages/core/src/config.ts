@@ -1,3 +1,5 @@
+import { hasControlChar, parseOriginList } from './identity.ts';
+
 // Every environment variable the gateway reads, in one schema: its type,
 // default, unit, range and doc side by side. loadConfig checks all of them
 // once at start and reports every problem in one error; renderConfigDoc
@@ -34,9 +36,21 @@ export interface Config {
   readonly historySize: number;
   readonly historyTtlMs: number;
   readonly idempotencyTtlMs: number;
+  readonly auth: AuthMode;
+  readonly jwtSecret: string | undefined;
+  readonly jwtPublicKeyFile: string | undefined;
+  readonly jwtIssuer: string | undefined;
+  readonly jwtAudience: string | undefined;
+  /** WS_ALLOWED_ORIGINS as given (validated); parse it with parseOriginList. */
+  readonly allowedOrigins: string | undefined;
+  readonly trustProxy: number;
+  readonly maxHeaderBytes: number;
   readonly adminToken: string | undefined;
   readonly logLevel: LogLevel;
 }
+
+export const AUTH_MODES = ['none', 'jwt'] as const;
+export type AuthMode = (typeof AUTH_MODES)[number];
 
 /** What loadConfig needs to know about the machine; the caller reads it. */
 export interface ConfigHost {
@@ -49,6 +63,7 @@ export const CONFIG_SECTIONS = [
   'Outbound backpressure',
   'Draining',
   'History and idempotency',
+  'Identity and upgrades',
   'Admin and observability',
 ] as const;
 export type ConfigSection = (typeof CONFIG_SECTIONS)[number];
@@ -120,6 +135,16 @@ function secretToken(): ValueType<string> {
     accepts,
     parse: (raw) => (/^[\x21-\x7e]+$/.test(raw) ? { ok: true, value: raw } : { ok: false, accepts }),
   };
+}
+
+/** Free text without control characters (they would be invisible in a deploy file), of at least `minLength`. */
+function text(accepts: string, minLength = 1): ValueType<string> {
+  return { accepts, parse: (raw) => (raw.length >= minLength && !hasControlChar(raw) ? { ok: true, value: raw } : { ok: false, accepts }) };
+}
+
+function originList(): ValueType<string> {
+  const accepts = 'a comma-separated list of origins (scheme://host[:port], https://*.example.com for every subdomain)';
+  return { accepts, parse: (raw) => (parseOriginList(raw) === undefined ? { ok: false, accepts } : { ok: true, value: raw }) };
 }
 
 // One function per entry keeps K, so the check below the schema can see every key.
@@ -280,6 +305,50 @@ const schema = [
     doc: 'How long a publish idempotency key is remembered.',
   }),
 
+  // Identity and upgrades
+  v({
+    name: 'WS_AUTH', key: 'auth', section: 'Identity and upgrades',
+    type: oneOf(AUTH_MODES), default: 'none',
+    doc: '`jwt`: every upgrade needs a valid token (header, `?token=` or `bearer.` subprotocol) whose claims decide user, tenant and topic rights. ' +
+      '`none`: everyone is `anonymous` of tenant `default` and may join and publish anywhere; the start logs a warning.',
+  }),
+  v({
+    name: 'WS_JWT_SECRET', key: 'jwtSecret', section: 'Identity and upgrades',
+    type: text('at least 32 characters without control characters', 32), default: undefined, defaultDoc: 'unset', secret: true,
+    doc: 'HS256 key for `WS_AUTH=jwt`. Set this or `WS_JWT_PUBLIC_KEY_FILE`, not both.',
+  }),
+  v({
+    name: 'WS_JWT_PUBLIC_KEY_FILE', key: 'jwtPublicKeyFile', section: 'Identity and upgrades',
+    type: text('a file path'), default: undefined, defaultDoc: 'unset',
+    doc: 'PEM public key (RSA for RS256, P-256 for ES256) for `WS_AUTH=jwt`, read once at start.',
+  }),
+  v({
+    name: 'WS_JWT_ISSUER', key: 'jwtIssuer', section: 'Identity and upgrades',
+    type: text('a string without control characters'), default: undefined, defaultDoc: 'unset',
+    doc: 'When set, a token\'s `iss` must equal it.',
+  }),
+  v({
+    name: 'WS_JWT_AUDIENCE', key: 'jwtAudience', section: 'Identity and upgrades',
+    type: text('a string without control characters'), default: undefined, defaultDoc: 'unset',
+    doc: 'When set, a token\'s `aud` must be or contain it.',
+  }),
+  v({
+    name: 'WS_ALLOWED_ORIGINS', key: 'allowedOrigins', section: 'Identity and upgrades',
+    type: originList(), default: undefined, defaultDoc: 'unset (any origin)',
+    doc: 'Browsers whose `Origin` is not listed get 403 `forbidden_origin` at the upgrade. A request without `Origin` (not a browser) is not affected.',
+  }),
+  v({
+    name: 'WS_TRUST_PROXY', key: 'trustProxy', section: 'Identity and upgrades',
+    type: int(0, 16, 'trusted proxy hops; 0 = none'), default: 0,
+    doc: 'Proxies in front that append to `X-Forwarded-For`: the client address is the entry this many places from the right. ' +
+      '0 uses the TCP peer and ignores the header.',
+  }),
+  v({
+    name: 'WS_MAX_HEADER_BYTES', key: 'maxHeaderBytes', section: 'Identity and upgrades',
+    type: int(1024, 65_536, 'bytes'), default: 8192,
+    doc: 'Upgrade requests whose URL and headers together are larger get 431.',
+  }),
+
   // Admin and observability
   v({
     name: 'ADMIN_TOKEN', key: 'adminToken', section: 'Admin and observability',
@@ -372,6 +441,7 @@ export function loadConfig(
     }
   }
 
+  problems.push(...authProblems(env, values, invalid));
   if (problems.length > 0) throw new ConfigError(problems);
 
   const warnings: string[] = [];
@@ -383,6 +453,24 @@ export function loadConfig(
 
   // Config holds only primitives, so freezing the object freezes it deeply.
   return { config: Object.freeze(values) as unknown as Config, warnings };
+}
+
+/** WS_AUTH=jwt needs exactly one key; a key without WS_AUTH=jwt would leave the gateway open while the operator thinks it is not. */
+function authProblems(env: Readonly<Record<string, string | undefined>>, values: Record<string, unknown>,
+  invalid: ReadonlySet<string>): ConfigProblem[] {
+  if (invalid.has('WS_AUTH')) return [];
+  const keys = ['WS_JWT_SECRET', 'WS_JWT_PUBLIC_KEY_FILE'].filter((n) => isSet(env, n));
+  if (keys.some((n) => invalid.has(n))) return [];
+  const shown = (name: string) => (byName.get(name)!.secret ? REDACTED : env[name]!);
+  if (values.auth === 'jwt') {
+    if (keys.length === 1) return [];
+    if (keys.length === 0) {
+      return [{ name: 'WS_JWT_SECRET', value: '', accepts: 'a key for WS_AUTH=jwt: set WS_JWT_SECRET or WS_JWT_PUBLIC_KEY_FILE' }];
+    }
+    return [{ name: 'WS_JWT_PUBLIC_KEY_FILE', value: shown('WS_JWT_PUBLIC_KEY_FILE'), accepts: 'unset when WS_JWT_SECRET is set (one key, one algorithm)' }];
+  }
+  return ['WS_JWT_SECRET', 'WS_JWT_PUBLIC_KEY_FILE', 'WS_JWT_ISSUER', 'WS_JWT_AUDIENCE'].filter((n) => isSet(env, n) && !invalid.has(n))
+    .map((name) => ({ name, value: shown(name), accepts: 'unset unless WS_AUTH=jwt (tokens are not checked with WS_AUTH=none)' }));
 }
 
 function isSet(env: Readonly<Record<string, string | undefined>>, name: string): boolean {

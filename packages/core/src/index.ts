@@ -7,3 +7,4 @@ export * from './idempotency.ts';
 export * from './broker.ts';
 export * from './backpressure.ts';
 export * from './drain.ts';
+export * from './identity.ts';

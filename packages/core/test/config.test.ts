@@ -71,6 +71,14 @@ test('an empty env gives the documented defaults and no warnings', () => {
     historySize: 1000,
     historyTtlMs: 600000,
     idempotencyTtlMs: 300000,
+    auth: 'none',
+    jwtSecret: undefined,
+    jwtPublicKeyFile: undefined,
+    jwtIssuer: undefined,
+    jwtAudience: undefined,
+    allowedOrigins: undefined,
+    trustProxy: 0,
+    maxHeaderBytes: 8192,
     adminToken: undefined,
     logLevel: 'info',
   };
@@ -103,16 +111,23 @@ test('an empty string counts as unset and takes the default', () => {
 });
 
 test('each variable reports a bad value with its name, its value and what it accepts', () => {
+  // Free text (paths, issuer, audience) takes a space; a control character breaks it.
+  const FREE_TEXT = new Set(['WS_JWT_PUBLIC_KEY_FILE', 'WS_JWT_ISSUER', 'WS_JWT_AUDIENCE']);
   for (const spec of configSchema) {
-    // "bad value" breaks every type: not digits, has whitespace inside, not a log level.
-    const message = errorOf({ [spec.name]: 'bad value' }).message;
-    const problems = problemsOf({ [spec.name]: 'bad value' });
+    // "bad value" breaks every other type: not digits, has whitespace inside, not a log level.
+    const bad = FREE_TEXT.has(spec.name) ? 'bad\x01value' : 'bad value';
+    // WS_AUTH=jwt with a secret, so that the JWT variables are in context.
+    const context = spec.name.startsWith('WS_JWT_') || spec.name === 'WS_AUTH'
+      ? { WS_AUTH: 'jwt', WS_JWT_SECRET: 'x'.repeat(32) } : {};
+    const env = { ...context, [spec.name]: bad };
+    const message = errorOf(env).message;
+    const problems = problemsOf(env);
     assert.equal(problems.length, 1, spec.name);
     const [problem] = problems;
     assert.equal(problem!.name, spec.name);
     assert.equal(problem!.accepts, spec.type.accepts);
-    assert.equal(problem!.value, spec.secret ? '[redacted]' : 'bad value');
-    assert.ok(message.includes(`${spec.name}="${problem!.value}": expected ${spec.type.accepts}`), message);
+    assert.equal(problem!.value, spec.secret ? '[redacted]' : bad);
+    assert.ok(message.includes(`${spec.name}=${JSON.stringify(problem!.value)}: expected ${spec.type.accepts}`), message);
   }
 });
 
@@ -275,4 +290,29 @@ test('docs/configuration.md is generated from the schema', () => {
     assert.fail('docs/configuration.md is missing: run pnpm docs:config');
   }
   assert.ok(onDisk === renderConfigDoc(), 'docs/configuration.md is stale: run pnpm docs:config');
+});
+
+test('WS_AUTH=jwt needs exactly one key, and JWT settings without WS_AUTH=jwt stop the start', () => {
+  const secret = 's'.repeat(32);
+  const ok = loadConfig({ WS_AUTH: 'jwt', WS_JWT_SECRET: secret, WS_JWT_ISSUER: 'https://issuer', WS_JWT_AUDIENCE: 'sluice' }, host).config;
+  assert.equal(ok.auth, 'jwt');
+  assert.equal(ok.jwtSecret, secret);
+  assert.equal(loadConfig({ WS_AUTH: 'jwt', WS_JWT_PUBLIC_KEY_FILE: '/keys/jwt.pem' }, host).config.jwtPublicKeyFile, '/keys/jwt.pem');
+
+  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt' }).map((p) => p.name), ['WS_JWT_SECRET']);
+  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt', WS_JWT_SECRET: secret, WS_JWT_PUBLIC_KEY_FILE: '/k.pem' }).map((p) => p.name),
+    ['WS_JWT_PUBLIC_KEY_FILE']);
+  const open = problemsOf({ WS_JWT_SECRET: secret, WS_JWT_AUDIENCE: 'sluice' });
+  assert.deepEqual(open.map((p) => p.name), ['WS_JWT_SECRET', 'WS_JWT_AUDIENCE']);
+  assert.equal(open[0]!.value, '[redacted]', 'the secret is not echoed');
+  assert.match(open[0]!.accepts, /unless WS_AUTH=jwt/);
+  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt', WS_JWT_SECRET: 'short' }).map((p) => p.name), ['WS_JWT_SECRET']);
+});
+
+test('WS_ALLOWED_ORIGINS takes a list of origins and refuses anything else', () => {
+  const { config } = loadConfig({ WS_ALLOWED_ORIGINS: 'https://app.example.com, https://*.example.org:8443,http://127.0.0.1:3000' }, host);
+  assert.equal(config.allowedOrigins, 'https://app.example.com, https://*.example.org:8443,http://127.0.0.1:3000');
+  for (const bad of ['app.example.com', 'https://app.example.com/path', 'ftp://x.org', 'https://a.org,,https://b.org', '*', 'https://*']) {
+    assert.deepEqual(problemsOf({ WS_ALLOWED_ORIGINS: bad }).map((p) => p.name), ['WS_ALLOWED_ORIGINS'], bad);
+  }
 });

@@ -27,4 +27,8 @@ export type UpgradeRefusal =
   | 'unauthorized'
   | 'forbidden_origin'
   | 'ip_rate_limited'
-  | 'tenant_rate_limited';
+  | 'tenant_rate_limited'
+  /** 400/426: not a valid WebSocket handshake (missing or malformed key, version other than 13). */
+  | 'bad_request'
+  /** 431: request line and headers above WS_MAX_HEADER_BYTES. */
+  | 'headers_too_large';

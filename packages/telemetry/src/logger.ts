@@ -14,7 +14,10 @@ export function createLogger(level: LevelWithSilent, bindings: Record<string, un
       base: { pid: process.pid, ...bindings },
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
-      redact: { paths: ['adminToken', '*.adminToken', 'token', '*.token', 'authorization', '*.authorization'], censor: '[redacted]' },
+      redact: {
+        paths: ['adminToken', '*.adminToken', 'jwtSecret', '*.jwtSecret', 'token', '*.token', 'authorization', '*.authorization'],
+        censor: '[redacted]',
+      },
     },
     pino.destination({ dest: 1, sync: true }),
   );

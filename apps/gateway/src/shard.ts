@@ -147,7 +147,8 @@ class Shard {
     upgrades: { accepted: 0, unavailable: 0, unauthorized: 0, forbidden_origin: 0, ip_rate_limited: 0, tenant_rate_limited: 0,
       bad_request: 0, headers_too_large: 0, aborted: 0 } as
       Record<UpgradeRefusal | 'accepted' | 'aborted', number>,
-    closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0, buffer_limit: 0, congested: 0, slow_consumer: 0 } as
+    closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0, buffer_limit: 0, congested: 0, slow_consumer: 0,
+      token_expired: 0 } as
       Record<string, number>,
   };
 

@@ -36,6 +36,13 @@ export interface Config {
   readonly historySize: number;
   readonly historyTtlMs: number;
   readonly idempotencyTtlMs: number;
+  readonly tenantMsgLimit: number;
+  readonly tenantWindowMs: number;
+  readonly ipConnectLimit: number;
+  readonly ipWindowMs: number;
+  /** Unset: embedded mode. One URL, or with redisCluster a comma-separated list of seed nodes. */
+  readonly redisUrl: string | undefined;
+  readonly redisCluster: boolean;
   readonly auth: AuthMode;
   readonly jwtSecret: string | undefined;
   readonly jwtPublicKeyFile: string | undefined;
@@ -63,6 +70,8 @@ export const CONFIG_SECTIONS = [
   'Outbound backpressure',
   'Draining',
   'History and idempotency',
+  'Tenant and IP limits',
+  'Redis',
   'Identity and upgrades',
   'Admin and observability',
 ] as const;
@@ -145,6 +154,25 @@ function text(accepts: string, minLength = 1): ValueType<string> {
 function originList(): ValueType<string> {
   const accepts = 'a comma-separated list of origins (scheme://host[:port], https://*.example.com for every subdomain)';
   return { accepts, parse: (raw) => (parseOriginList(raw) === undefined ? { ok: false, accepts } : { ok: true, value: raw }) };
+}
+
+function bool(): ValueType<boolean> {
+  const accepts = '0 or 1 (also false or true)';
+  return {
+    accepts,
+    parse: (raw) => (raw === '1' || raw === 'true' ? { ok: true, value: true }
+      : raw === '0' || raw === 'false' ? { ok: true, value: false } : { ok: false, accepts }),
+  };
+}
+
+const REDIS_URL = /^rediss?:\/\/(?:[^\s@/]*@)?[A-Za-z0-9.\-[\]:]+(?::[0-9]{1,5})?(?:\/[0-9]{1,2})?$/;
+
+function redisUrls(): ValueType<string> {
+  const accepts = 'a redis:// or rediss:// URL (with REDIS_CLUSTER=1, a comma-separated list of them)';
+  return {
+    accepts,
+    parse: (raw) => (raw.split(',').every((u) => REDIS_URL.test(u)) ? { ok: true, value: raw } : { ok: false, accepts }),
+  };
 }
 
 // One function per entry keeps K, so the check below the schema can see every key.
@@ -305,6 +333,42 @@ const schema = [
     doc: 'How long a publish idempotency key is remembered.',
   }),
 
+  // Tenant and IP limits
+  v({
+    name: 'WS_TENANT_MSG_LIMIT', key: 'tenantMsgLimit', section: 'Tenant and IP limits',
+    type: int(1, 1_000_000_000, 'publishes per window'), default: 1000,
+    doc: 'Publishes one tenant may make per `WS_TENANT_WINDOW_MS`, summed over every socket and node (sliding window); ' +
+      'above it publishes get `tenant_rate_limited` with `retryAfterMs`.',
+  }),
+  v({
+    name: 'WS_TENANT_WINDOW_MS', key: 'tenantWindowMs', section: 'Tenant and IP limits',
+    type: int(100, 86_400_000, 'ms'), default: 1000,
+    doc: 'Sliding window for `WS_TENANT_MSG_LIMIT`.',
+  }),
+  v({
+    name: 'WS_IP_CONNECT_LIMIT', key: 'ipConnectLimit', section: 'Tenant and IP limits',
+    type: int(1, 1_000_000_000, 'upgrade attempts per window'), default: 60,
+    doc: 'Upgrade attempts one client address may make per `WS_IP_WINDOW_MS`, over every node (sliding window); above it upgrades get 429.',
+  }),
+  v({
+    name: 'WS_IP_WINDOW_MS', key: 'ipWindowMs', section: 'Tenant and IP limits',
+    type: int(100, 86_400_000, 'ms'), default: 60_000,
+    doc: 'Sliding window for `WS_IP_CONNECT_LIMIT`.',
+  }),
+
+  // Redis
+  v({
+    name: 'REDIS_URL', key: 'redisUrl', section: 'Redis',
+    type: redisUrls(), default: undefined, defaultDoc: 'unset (embedded mode)', secret: true,
+    doc: 'Cluster mode: fan-out across nodes, history and idempotency in Redis, cluster-wide tenant and IP windows. ' +
+      'Unset: one node, everything in memory.',
+  }),
+  v({
+    name: 'REDIS_CLUSTER', key: 'redisCluster', section: 'Redis',
+    type: bool(), default: false,
+    doc: '`REDIS_URL` names Redis Cluster seed nodes: sharded pub/sub (SSUBSCRIBE/SPUBLISH) and hash-tagged keys.',
+  }),
+
   // Identity and upgrades
   v({
     name: 'WS_AUTH', key: 'auth', section: 'Identity and upgrades',
@@ -442,6 +506,13 @@ export function loadConfig(
   }
 
   problems.push(...authProblems(env, values, invalid));
+  if (!invalid.has('REDIS_URL') && !invalid.has('REDIS_CLUSTER')) {
+    if (values.redisCluster === true && values.redisUrl === undefined) {
+      problems.push({ name: 'REDIS_URL', value: '', accepts: 'the seed nodes of the Redis Cluster (REDIS_CLUSTER=1 is set)' });
+    } else if (values.redisCluster !== true && typeof values.redisUrl === 'string' && values.redisUrl.includes(',')) {
+      problems.push({ name: 'REDIS_URL', value: values.redisUrl, accepts: 'one URL unless REDIS_CLUSTER=1' });
+    }
+  }
   if (problems.length > 0) throw new ConfigError(problems);
 
   const warnings: string[] = [];

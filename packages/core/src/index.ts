@@ -8,3 +8,4 @@ export * from './broker.ts';
 export * from './backpressure.ts';
 export * from './drain.ts';
 export * from './identity.ts';
+export * from './limits.ts';

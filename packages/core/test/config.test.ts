@@ -71,6 +71,12 @@ test('an empty env gives the documented defaults and no warnings', () => {
     historySize: 1000,
     historyTtlMs: 600000,
     idempotencyTtlMs: 300000,
+    tenantMsgLimit: 1000,
+    tenantWindowMs: 1000,
+    ipConnectLimit: 60,
+    ipWindowMs: 60000,
+    redisUrl: undefined,
+    redisCluster: false,
     auth: 'none',
     jwtSecret: undefined,
     jwtPublicKeyFile: undefined,
@@ -315,4 +321,14 @@ test('WS_ALLOWED_ORIGINS takes a list of origins and refuses anything else', () 
   for (const bad of ['app.example.com', 'https://app.example.com/path', 'ftp://x.org', 'https://a.org,,https://b.org', '*', 'https://*']) {
     assert.deepEqual(problemsOf({ WS_ALLOWED_ORIGINS: bad }).map((p) => p.name), ['WS_ALLOWED_ORIGINS'], bad);
   }
+});
+
+test('REDIS_URL: one URL, or a list with REDIS_CLUSTER=1', () => {
+  assert.equal(loadConfig({ REDIS_URL: 'redis://127.0.0.1:6379' }, host).config.redisUrl, 'redis://127.0.0.1:6379');
+  const c = loadConfig({ REDIS_URL: 'redis://10.0.0.1:7000,redis://10.0.0.2:7000', REDIS_CLUSTER: '1' }, host).config;
+  assert.equal(c.redisCluster, true);
+  assert.deepEqual(problemsOf({ REDIS_URL: 'redis://a:1,redis://b:2' }).map((p) => p.name), ['REDIS_URL']);
+  assert.deepEqual(problemsOf({ REDIS_CLUSTER: 'true' }).map((p) => p.name), ['REDIS_URL']);
+  assert.deepEqual(problemsOf({ REDIS_URL: 'http://x:1' }).map((p) => p.name), ['REDIS_URL']);
+  assert.equal(loadConfig({ REDIS_URL: 'rediss://user:pw@redis.internal:6380/2' }, host).config.redisUrl, 'rediss://user:pw@redis.internal:6380/2');
 });

@@ -1,0 +1,121 @@
+/**
+ * Private redis-server instances for tests and benchmarks: standalone or a
+ * 3-master Cluster, on free loopback ports, in a temporary directory, with
+ * persistence off. Each can be stopped and started again on the same port
+ * (the fault tests). Needs Debian's `redis-server` and `redis-cli` on PATH.
+ */
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+export interface RedisServer {
+  readonly port: number;
+  /** `redis://127.0.0.1:<port>` */
+  readonly url: string;
+  /** Stops the process (SIGTERM, no save) and waits for it to exit. */
+  stop(): Promise<void>;
+  /** Starts it again on the same port, empty (persistence is off). */
+  start(): Promise<void>;
+  /** Runs a redis-cli command against it and returns stdout. */
+  cli(...args: string[]): Promise<string>;
+}
+
+export interface RedisCluster {
+  readonly ports: readonly number[];
+  /** Comma-separated `redis://` URLs of every master, as REDIS_URL takes them with REDIS_CLUSTER=1. */
+  readonly url: string;
+  readonly nodes: readonly RedisServer[];
+  stop(): Promise<void>;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitForPort(port: number, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const s = connect(port, '127.0.0.1');
+      s.once('connect', () => {
+        s.destroy();
+        resolve(true);
+      });
+      s.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not start in ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export async function startRedis(opts: { cluster?: boolean; port?: number } = {}): Promise<RedisServer> {
+  const port = opts.port ?? (await freePort());
+  const dir = mkdtempSync(join(tmpdir(), `sluice-redis-${port}-`));
+  let proc: ChildProcess | undefined;
+  let exited: Promise<void> = Promise.resolve();
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no',
+    '--daemonize', 'no', '--loglevel', 'warning', '--protected-mode', 'no'];
+  if (opts.cluster === true) args.push('--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf'), '--cluster-node-timeout', '2000');
+  const server: RedisServer = {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    async start() {
+      proc = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'inherit'] });
+      const p = proc;
+      exited = new Promise((resolve) => p.once('exit', () => resolve()));
+      await waitForPort(port, 5000);
+    },
+    async stop() {
+      if (proc === undefined || proc.exitCode !== null || proc.signalCode !== null) return;
+      proc.kill('SIGKILL');
+      await exited;
+    },
+    async cli(...cmd: string[]) {
+      const { stdout } = await run('redis-cli', ['-p', String(port), ...cmd]);
+      return stdout;
+    },
+  };
+  await server.start();
+  const stop = server.stop;
+  // The directory goes when the server is stopped for good (process exit); restarts reuse it.
+  process.once('exit', () => {
+    proc?.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return { ...server, stop };
+}
+
+/** Three masters, no replicas, slots spread by `redis-cli --cluster create`. */
+export async function startRedisCluster(): Promise<RedisCluster> {
+  const nodes = [await startRedis({ cluster: true }), await startRedis({ cluster: true }), await startRedis({ cluster: true })];
+  await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes']);
+  // Wait until every node agrees the cluster is up.
+  const deadline = Date.now() + 10_000;
+  for (const n of nodes) {
+    while (!(await n.cli('cluster', 'info')).includes('cluster_state:ok')) {
+      if (Date.now() > deadline) throw new Error('redis cluster did not reach cluster_state:ok');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  return {
+    ports: nodes.map((n) => n.port),
+    url: nodes.map((n) => n.url).join(','),
+    nodes,
+    async stop() {
+      await Promise.all(nodes.map((n) => n.stop()));
+    },
+  };
+}

@@ -15,6 +15,7 @@ import { createAdminServer } from './admin.ts';
 import type { FromShardControl, ToShardControl } from './control.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { Flag, SharedState } from './shared-state.ts';
+import { createRedisClient, type RedisClient } from '@sluice/redis';
 import type { ShardExit, ShardTask } from './shard.ts';
 
 const SHARD_FILE = new URL('./shard-entry.mjs', import.meta.url);
@@ -55,6 +56,9 @@ export class Coordinator {
   private rid = 0;
   private draining = false;
   private cutDrain = false;
+  /** Cluster mode: the coordinator's own connection, which tells readiness whether Redis is reachable. */
+  private redis: RedisClient | undefined;
+  private redisOutages = 0;
 
   constructor(
     private readonly config: Config,
@@ -87,6 +91,7 @@ export class Coordinator {
     // uSockets sets SO_REUSEPORT only for a non-zero port, so PORT=0 is
     // resolved here first and every shard then binds the same concrete port.
     this.publicPort = cfg.port !== 0 ? cfg.port : await freePort(cfg.host);
+    if (cfg.redisUrl !== undefined) this.watchRedis(cfg);
     await Promise.all(Array.from({ length: cfg.workers }, (_, i) => this.startShard(i, this.publicPort)));
     this.admin = createAdminServer({
       config: cfg,
@@ -101,7 +106,8 @@ export class Coordinator {
       this.admin!.listen(cfg.adminPort, cfg.adminHost, () => resolve((this.admin!.address() as AddressInfo).port));
     });
     this.shared.set(Flag.Listening);
-    this.log.info({ port: this.publicPort, adminPort, workers: cfg.workers, mode: 'embedded' }, 'gateway ready');
+    this.log.info({ port: this.publicPort, adminPort, workers: cfg.workers, mode: cfg.redisUrl === undefined ? 'embedded' : 'redis',
+      redisCluster: cfg.redisCluster }, 'gateway ready');
     return { port: this.publicPort, adminPort };
   }
 
@@ -165,6 +171,7 @@ export class Coordinator {
     await new Promise<void>((resolve) => (this.admin ? this.admin.close(() => resolve()) : resolve()));
     this.admin?.closeAllConnections();
     await this.pool?.destroy();
+    this.redis?.disconnect();
     this.log.info({ durationMs: Date.now() - started, sockets }, 'stopped');
   }
 
@@ -297,8 +304,51 @@ export class Coordinator {
     return aggregateMetrics([own, ...perShard]);
   }
 
+  /**
+   * Readiness follows Redis: down until the first connection, down while it
+   * is unreachable. Each change is logged once (info when it is reached,
+   * warn when it is lost), never once per failed command.
+   */
+  private watchRedis(cfg: Config): void {
+    this.shared.set(Flag.RedisDown);
+    const redis = createRedisClient({ url: cfg.redisUrl!, cluster: cfg.redisCluster }, 'command', 'coordinator');
+    this.redis = redis;
+    let up = false;
+    let everUp = false;
+    redis.on('error', () => {
+      // Reported through 'close' and the state log below.
+    });
+    redis.on('ready', () => {
+      if (up) return;
+      up = true;
+      this.shared.clear(Flag.RedisDown);
+      this.log.info({ cluster: cfg.redisCluster }, everUp ? 'redis reachable again' : 'redis connected');
+      everUp = true;
+    });
+    const lost = (): void => {
+      if (!up && everUp) return;
+      if (!up) {
+        if (!this.redisWarned) this.log.warn('redis unreachable at start; readiness fails until it answers');
+        this.redisWarned = true;
+        return;
+      }
+      up = false;
+      this.redisOutages++;
+      this.shared.set(Flag.RedisDown);
+      this.log.warn('redis unreachable: readiness fails, durable publishes answer unavailable, limits use the local store');
+    };
+    redis.on('close', lost);
+    redis.on('end', lost);
+  }
+
+  private redisWarned = false;
+
   private registerMetrics(): void {
     const r = this.registry;
+    if (this.config.redisUrl !== undefined) {
+      gaugeFrom(r, 'sluice_redis_up', '1 while the configured Redis answers, else 0.', () => (this.shared.has(Flag.RedisDown) ? 0 : 1), 'max');
+      counterFrom(r, 'sluice_redis_outages_total', 'Times the connection to Redis was lost.', undefined, () => this.redisOutages);
+    }
     registerProcessMetrics(r);
     registerEventLoopStall(r);
     counterFrom(r, 'sluice_shard_restarts_total', 'Shard threads restarted after a crash.', undefined, () => this.restarts);

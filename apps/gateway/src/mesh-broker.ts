@@ -1,11 +1,12 @@
 import type { MessagePort } from 'node:worker_threads';
 import {
-  type Broker, type Config, type Delivery, type HistoryRead, idempotencyScope, MemoryIdempotency, ownerOf, type PublishFields,
+  type Config, type Delivery, type HistoryRead, idempotencyScope, MemoryIdempotency, ownerOf, type PublishFields,
   type PublishResult, topicKey,
 } from '@sluice/core';
 import { EventClass } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
 import { EmbeddedHub } from './embedded-hub.ts';
+import type { BrokerStats, ShardBroker } from './shard-broker.ts';
 import { Batcher, decodePeer, encodeDelivery, encodePeer, forEachMessage, type FromOwner, type PeerMessage, type ToOwner } from './messages.ts';
 
 const UNAVAILABLE: PublishResult = Object.freeze({ ok: false, reason: 'unavailable' });
@@ -43,7 +44,7 @@ interface Pending {
  * waiting on it resolve `unavailable` (publish) or reject (subscribe,
  * history); when it comes back, this shard subscribes again to its topics.
  */
-export class MeshBroker implements Broker {
+export class MeshBroker implements ShardBroker {
   readonly hub: EmbeddedHub;
   private readonly peers = new Map<number, PeerLink>();
   private readonly pending = new Map<number, Pending>();
@@ -55,6 +56,7 @@ export class MeshBroker implements Broker {
   /** Keys whose first publish is on its way to the topic owner, with the repeats waiting on it. */
   private readonly firstPublish = new Map<string, ((r: PublishResult) => void)[]>();
   duplicates = 0;
+  readonly stats: BrokerStats;
 
   constructor(
     private readonly self: number,
@@ -63,6 +65,19 @@ export class MeshBroker implements Broker {
     private readonly log: Logger,
   ) {
     this.hub = new EmbeddedHub(config);
+    const hub = this.hub;
+    const counted = (): number => this.duplicates;
+    this.stats = {
+      published: hub.stats.published,
+      get duplicates() {
+        return counted();
+      },
+      get historyTopics() {
+        return hub.topicCount;
+      },
+      redisCommands: 0,
+      redisErrors: 0,
+    };
     this.idempotency = new MemoryIdempotency(config.idempotencyTtlMs);
     // The local link: what the hub sends to this shard is handled at once.
     this.hub.attach(self, { deliver: (d) => this.deliver(d) });

@@ -19,6 +19,8 @@ import { tokenFrom, Verifier } from './auth.ts';
 import type { FromShardControl, ToShardControl } from './control.ts';
 import { ExpiryTimers } from './expiry.ts';
 import { MeshBroker } from './mesh-broker.ts';
+import { RedisBroker } from './redis-broker.ts';
+import type { ShardBroker } from './shard-broker.ts';
 import { type LaneData, SlowLane } from './slow-lane.ts';
 import { Flag, SharedState } from './shared-state.ts';
 import { loadNativeUws, type HttpRequest, type HttpResponse, type TemplatedApp, type us_listen_socket,
@@ -108,7 +110,7 @@ class Shard {
   private readonly uws = loadNativeUws();
   private readonly cfg: Config;
   private readonly shared: SharedState;
-  private readonly broker: MeshBroker;
+  private readonly broker: ShardBroker;
   private readonly log: Logger;
   private readonly app: TemplatedApp;
   private readonly sockets = new Set<Socket>();
@@ -156,7 +158,8 @@ class Shard {
     this.cfg = task.config;
     this.shared = new SharedState(task.shared);
     this.log = createLogger(this.cfg.logLevel, { shard: task.shard });
-    this.broker = new MeshBroker(task.shard, this.cfg.workers, this.cfg, this.log);
+    const mesh = new MeshBroker(task.shard, this.cfg.workers, this.cfg, this.log);
+    this.broker = this.cfg.redisUrl === undefined ? mesh : new RedisBroker(task.shard, mesh, this.cfg, this.log);
     for (const p of task.peers) this.broker.addPeer(p.shard, p.port);
     this.broker.onDelivery((d) => this.deliver(d));
     task.control.on('message', (m: ToShardControl) => this.control(m));
@@ -808,6 +811,7 @@ class Shard {
       // thread that exits with a socket open aborts the whole process.
       for (const ws of [...this.sockets]) ws.close();
       this.broker.flush();
+      if (this.broker instanceof RedisBroker) this.broker.close();
       // The coordinator waits for the kernel to drop the connections still
       // closing before it ends this thread (see proc-sockets.ts).
       setImmediate(() => this.finish({ shard: this.task.shard }));
@@ -859,11 +863,13 @@ class Shard {
       () => this.lane.counters.dropped);
     gaugeFrom(r, 'sluice_buffered_bytes', 'Bytes written to sockets and not yet sent, all sockets (sampled).', () => this.bufferedBytes);
     gaugeFrom(r, 'sluice_slow_lane_sockets', 'Sockets in the slow lane (a mailbox instead of native topics).', () => this.lane.sockets);
-    const hub = this.broker.hub;
-    counterFrom(r, 'sluice_messages_published_total', 'Events accepted by the broker, by class.', 'class', () => hub.stats.published);
-    counterFrom(r, 'sluice_publish_duplicates_total', 'Publishes answered from the idempotency table.', undefined,
-      () => this.broker.duplicates);
-    gaugeFrom(r, 'sluice_history_topics', 'Topics with history held in memory.', () => hub.topicCount);
+    const stats = this.broker.stats;
+    counterFrom(r, 'sluice_messages_published_total', 'Events accepted by the broker, by class.', 'class', () => stats.published);
+    counterFrom(r, 'sluice_publish_duplicates_total', 'Publishes answered from the idempotency table.', undefined, () => stats.duplicates);
+    gaugeFrom(r, 'sluice_history_topics', 'Topics with history held in memory (embedded mode).', () => stats.historyTopics);
+    counterFrom(r, 'sluice_redis_commands_total', 'Redis commands sent (cluster mode).', undefined, () => stats.redisCommands);
+    counterFrom(r, 'sluice_redis_errors_total', 'Redis commands that failed: unreachable, timed out or refused (cluster mode).', undefined,
+      () => stats.redisErrors);
     registerEventLoopStall(r);
   }
 }

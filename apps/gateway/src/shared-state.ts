@@ -13,6 +13,8 @@ export const Flag = {
   Listening: 1,
   /** Readiness has flipped: new upgrades are refused with 503. */
   Draining: 2,
+  /** A configured Redis is unreachable: readiness fails; sockets keep working. */
+  RedisDown: 4,
 } as const;
 
 export class SharedState {
@@ -52,10 +54,10 @@ export class SharedState {
     return n;
   }
 
-  /** Ready: listening, not draining, and below the socket cap (0 = none). */
+  /** Ready: listening, not draining, a configured Redis reachable, and below the socket cap (0 = none). */
   ready(shards: number, maxSockets: number): boolean {
     const f = Atomics.load(this.i32, FLAGS);
-    if ((f & Flag.Listening) === 0 || (f & Flag.Draining) !== 0) return false;
+    if ((f & Flag.Listening) === 0 || (f & (Flag.Draining | Flag.RedisDown)) !== 0) return false;
     return maxSockets === 0 || this.totalSockets(shards) < maxSockets;
   }
 }

@@ -17,9 +17,9 @@ export interface RedisServer {
   readonly port: number;
   /** `redis://127.0.0.1:<port>` */
   readonly url: string;
-  /** Stops the process (SIGTERM, no save) and waits for it to exit. */
+  /** Stops the process and waits for it to exit (SIGTERM with `persist`, so the append-only file is complete; else SIGKILL). */
   stop(): Promise<void>;
-  /** Starts it again on the same port, empty (persistence is off). */
+  /** Starts it again on the same port: empty, or with `persist` holding what it held. */
   start(): Promise<void>;
   /** Runs a redis-cli command against it and returns stdout. */
   cli(...args: string[]): Promise<string>;
@@ -61,12 +61,13 @@ async function waitForPort(port: number, ms: number): Promise<void> {
   }
 }
 
-export async function startRedis(opts: { cluster?: boolean; port?: number } = {}): Promise<RedisServer> {
+export async function startRedis(opts: { cluster?: boolean; port?: number; persist?: boolean } = {}): Promise<RedisServer> {
   const port = opts.port ?? (await freePort());
   const dir = mkdtempSync(join(tmpdir(), `sluice-redis-${port}-`));
   let proc: ChildProcess | undefined;
   let exited: Promise<void> = Promise.resolve();
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no',
+  // persist: an append-only file, so that a stop and start keeps the data (the fault tests).
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.persist === true ? 'yes' : 'no',
     '--daemonize', 'no', '--loglevel', 'warning', '--protected-mode', 'no'];
   if (opts.cluster === true) args.push('--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf'), '--cluster-node-timeout', '2000');
   const server: RedisServer = {
@@ -80,7 +81,7 @@ export async function startRedis(opts: { cluster?: boolean; port?: number } = {}
     },
     async stop() {
       if (proc === undefined || proc.exitCode !== null || proc.signalCode !== null) return;
-      proc.kill('SIGKILL');
+      proc.kill(opts.persist === true ? 'SIGTERM' : 'SIGKILL');
       await exited;
     },
     async cli(...cmd: string[]) {

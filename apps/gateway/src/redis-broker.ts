@@ -1,0 +1,256 @@
+import type { MessagePort } from 'node:worker_threads';
+import {
+  compareEventIds, type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, topicKey,
+} from '@sluice/core';
+import { encodeEventFrame, EventClass, parseEventId } from '@sluice/protocol';
+import { type BusMessage, createRedisClient, RedisBus, type RedisClient } from '@sluice/redis';
+import type { Logger } from '@sluice/telemetry';
+import type { MeshBroker } from './mesh-broker.ts';
+import type { BrokerStats, ShardBroker } from './shard-broker.ts';
+
+const UNAVAILABLE: PublishResult = Object.freeze({ ok: false, reason: 'unavailable' });
+/** The id placeholder split out of an encoded frame: the script puts the stream id there. */
+const ID_MARK = '\x00';
+
+/**
+ * The broker of a shard in cluster mode (REDIS_URL set). Events, history and
+ * idempotency records live in Redis (RedisBus): any shard of any node
+ * publishes straight to Redis, and each shard subscribes to the topics its
+ * own sockets joined, so Redis sends a node only what it has subscribers
+ * for, and within the node every shard gets it from Redis directly.
+ *
+ * While Redis is unreachable: durable publishes and history reads answer
+ * `unavailable`; keyed and ephemeral events still flow within the node
+ * through the embedded mesh, to which every subscription is also made; and
+ * when the subscriber connection comes back, every topic is subscribed
+ * again and the durable events published meanwhile by other nodes are read
+ * from the streams and delivered, in order, with no duplicate.
+ */
+export class RedisBroker implements ShardBroker {
+  private readonly cmd: RedisClient;
+  private readonly sub: RedisClient;
+  private readonly bus: RedisBus;
+  private deliver: (d: Delivery) => void = () => {};
+  /** Per subscribed topic, the last durable id delivered: repeats are dropped, gaps after a reconnect are filled. */
+  private readonly lastIds = new Map<string, string>();
+  /** Topics being caught up after a reconnect: live events wait here. */
+  private readonly catching = new Map<string, Delivery[]>();
+  private subscriberWasDown = false;
+  private readonly counts = { durable: 0, keyed: 0, ephemeral: 0, duplicates: 0, errors: 0 };
+  readonly stats: BrokerStats;
+
+  constructor(
+    shard: number,
+    private readonly mesh: MeshBroker,
+    private readonly cfg: Config,
+    private readonly log: Logger,
+  ) {
+    const target = { url: cfg.redisUrl!, cluster: cfg.redisCluster };
+    this.cmd = createRedisClient(target, 'command', `shard${shard}`);
+    this.sub = createRedisClient(target, 'subscriber', `shard${shard}`);
+    this.bus = new RedisBus(this.cmd, this.sub, {
+      cluster: cfg.redisCluster, historySize: cfg.historySize, historyTtlMs: cfg.historyTtlMs, idempotencyTtlMs: cfg.idempotencyTtlMs,
+    });
+    const bus = this.bus;
+    const own = this.counts;
+    const meshStats = mesh.hub.stats.published;
+    this.stats = {
+      // Keyed and ephemeral events that took the mesh while Redis was down count too.
+      get published() {
+        return { durable: own.durable, keyed: own.keyed + meshStats.keyed, ephemeral: own.ephemeral + meshStats.ephemeral };
+      },
+      get duplicates() {
+        return own.duplicates;
+      },
+      historyTopics: 0,
+      get redisCommands() {
+        return bus.commands;
+      },
+      get redisErrors() {
+        return own.errors;
+      },
+    };
+    this.bus.onMessage((m) => this.fromBus(m));
+    mesh.onDelivery((d) => this.deliver(d));
+    for (const c of [this.cmd, this.sub]) {
+      c.on('error', () => {
+        // Connection errors surface as 'close' and failed commands; the coordinator logs Redis state changes once.
+      });
+    }
+    this.sub.on('close', () => {
+      this.subscriberWasDown = true;
+    });
+    this.sub.on('ready', () => {
+      if (this.subscriberWasDown) this.resume();
+    });
+  }
+
+  private get up(): boolean {
+    return this.cmd.status === 'ready';
+  }
+
+  publishThen(tenant: string, req: PublishFields, done: (res: PublishResult) => void): void {
+    if (req.cls !== EventClass.Durable) {
+      if (!this.up) {
+        // Within the node only, through the mesh: better than nothing for events that are not stored.
+        this.mesh.publishThen(tenant, req, done);
+        return;
+      }
+      const key = topicKey(tenant, req.topic);
+      this.bus.publishVolatile(key, req.cls, req.key, encodeEventFrame(req, undefined)).then(
+        () => {
+          if (req.cls === EventClass.Keyed) this.counts.keyed++;
+          else this.counts.ephemeral++;
+          done({ ok: true, id: undefined, duplicate: false });
+        },
+        () => {
+          this.counts.errors++;
+          this.mesh.publishThen(tenant, req, done);
+        },
+      );
+      return;
+    }
+    if (!this.up) {
+      done(UNAVAILABLE);
+      return;
+    }
+    const frame = encodeEventFrame(req, ID_MARK);
+    const at = frame.indexOf(ID_MARK);
+    this.bus.publishDurable({
+      topic: topicKey(tenant, req.topic), tenant, head: frame.slice(0, at), tail: frame.slice(at + 1), idempotencyKey: req.idempotencyKey,
+    }).then(
+      (r) => {
+        if (r.duplicate) this.counts.duplicates++;
+        else this.counts.durable++;
+        done({ ok: true, id: r.id, duplicate: r.duplicate });
+      },
+      (err: unknown) => {
+        // Not stored, or not known to be: the client resends with the same idempotency key.
+        this.counts.errors++;
+        if (this.log.isLevelEnabled('debug')) this.log.debug({ err }, 'durable publish failed');
+        done(UNAVAILABLE);
+      },
+    );
+  }
+
+  publish(tenant: string, req: PublishFields): Promise<PublishResult> {
+    return new Promise((resolve) => this.publishThen(tenant, req, resolve));
+  }
+
+  async subscribe(topic: string): Promise<void> {
+    await this.mesh.subscribe(topic);
+    try {
+      await this.bus.subscribe(topic);
+    } catch (err) {
+      // Still wanted: subscribed again when Redis is back. Until then only
+      // the mesh (this node's keyed and ephemeral events) reaches it.
+      this.counts.errors++;
+      if (this.log.isLevelEnabled('debug')) this.log.debug({ err, topic }, 'redis subscribe failed; kept for when it is back');
+    }
+  }
+
+  unsubscribe(topic: string): void {
+    this.mesh.unsubscribe(topic);
+    this.bus.unsubscribe(topic);
+    this.lastIds.delete(topic);
+    this.catching.delete(topic);
+  }
+
+  async history(topic: string, since: string): Promise<HistoryRead> {
+    if (!this.up) throw new Error('redis is unavailable');
+    try {
+      return await this.bus.read(topic, since);
+    } catch (err) {
+      this.counts.errors++;
+      throw err;
+    }
+  }
+
+  onDelivery(handler: (d: Delivery) => void): void {
+    this.deliver = handler;
+  }
+
+  sweep(now: number): void {
+    this.mesh.sweep(now);
+  }
+
+  flush(): void {
+    this.mesh.flush();
+  }
+
+  addPeer(shard: number, port: MessagePort): void {
+    this.mesh.addPeer(shard, port);
+  }
+
+  /** Closes the connections (the thread is stopping). */
+  close(): void {
+    this.cmd.disconnect();
+    this.sub.disconnect();
+  }
+
+  private fromBus(m: BusMessage): void {
+    if (!this.bus.topics.has(m.topic)) return; // unsubscribed meanwhile
+    const d: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key };
+    const waiting = this.catching.get(m.topic);
+    if (waiting !== undefined) waiting.push(d);
+    else this.deliverInOrder(d);
+  }
+
+  /** Delivers an event from Redis unless a durable one is not newer than the last delivered on its topic. */
+  private deliverInOrder(d: Delivery): void {
+    if (d.id !== undefined) {
+      const last = this.lastIds.get(d.topic);
+      if (last !== undefined && compareEventIds(parseEventId(d.id)!, parseEventId(last)!) <= 0) return;
+      this.lastIds.set(d.topic, d.id);
+    }
+    this.deliver(d);
+  }
+
+  /**
+   * The subscriber connection is back: subscribe every wanted topic again,
+   * then read what each topic stored after the last event delivered, and
+   * deliver it before the live events that arrived meanwhile.
+   */
+  private resume(): void {
+    this.subscriberWasDown = false;
+    const topics = [...this.bus.topics];
+    for (const t of topics) if (this.lastIds.has(t)) this.catching.set(t, []);
+    this.bus.resubscribe().then(
+      () => {
+        for (const t of topics) this.catchUp(t);
+      },
+      (err: unknown) => {
+        this.counts.errors++;
+        this.log.warn({ err }, 'redis resubscribe failed; retrying on the next reconnect');
+        for (const t of topics) this.release(t);
+        this.subscriberWasDown = true;
+      },
+    );
+  }
+
+  private catchUp(topic: string): void {
+    const last = this.lastIds.get(topic);
+    if (last === undefined || !this.catching.has(topic)) return;
+    this.bus.read(topic, last).then(
+      (read) => {
+        if (!this.catching.has(topic)) return;
+        if (!read.recovered) this.log.warn({ topic }, 'events published while redis was unreachable were trimmed before they could be delivered');
+        for (const e of read.events) this.deliverInOrder({ topic, frame: e.frame, id: e.id, cls: EventClass.Durable, key: undefined });
+        this.release(topic);
+      },
+      (err: unknown) => {
+        this.counts.errors++;
+        this.log.warn({ err, topic }, 'could not read what a topic stored while redis was unreachable');
+        this.release(topic);
+      },
+    );
+  }
+
+  /** Ends a topic's catch-up: the live events that waited go out in order. */
+  private release(topic: string): void {
+    const waiting = this.catching.get(topic);
+    if (waiting === undefined) return;
+    this.catching.delete(topic);
+    for (const d of waiting) this.deliverInOrder(d);
+  }
+}

@@ -1,0 +1,22 @@
+import type { MessagePort } from 'node:worker_threads';
+import type { Broker, PublishFields, PublishResult } from '@sluice/core';
+
+/** What a shard needs from its broker, embedded or Redis. */
+export interface ShardBroker extends Broker {
+  publishThen(tenant: string, req: PublishFields, done: (res: PublishResult) => void): void;
+  sweep(now: number): void;
+  flush(): void;
+  addPeer(shard: number, port: MessagePort): void;
+  readonly stats: BrokerStats;
+}
+
+export interface BrokerStats {
+  readonly published: { readonly durable: number; readonly keyed: number; readonly ephemeral: number };
+  readonly duplicates: number;
+  /** Topics with history in this thread's memory (embedded mode). */
+  readonly historyTopics: number;
+  /** Redis commands sent by this thread. */
+  readonly redisCommands: number;
+  /** Redis commands that failed (unreachable, timed out, refused). */
+  readonly redisErrors: number;
+}

@@ -1,0 +1,271 @@
+/**
+ * The cluster's event bus, history and idempotency records in Redis.
+ *
+ * - A durable publish is one Lua script: check the idempotency record, trim
+ *   the topic's stream by age and length (remembering the newest trimmed id
+ *   as the topic's floor), XADD the event (its id is the stream id), record
+ *   the idempotency key, and PUBLISH the event. One atomic step: an acked
+ *   event is stored, and a repeat sees the first id.
+ * - Keyed and ephemeral events are PUBLISHed only (pipelined by ioredis).
+ * - Every key of a topic carries the hash tag `{tenant/topic}`, so that with
+ *   Redis Cluster the script's keys and the topic's shard channel live on one
+ *   shard; Cluster mode uses sharded pub/sub (SPUBLISH/SSUBSCRIBE).
+ * - Subscriptions are per topic (never PSUBSCRIBE): a node without a
+ *   subscriber is sent nothing. The wanted set is kept here and subscribed
+ *   again whenever the subscriber connection comes back.
+ */
+import type { Cluster, Redis } from 'ioredis';
+import { compareEventIds, type EventId, type HistoryRead, type StoredEvent } from '@sluice/core';
+import { parseEventId } from '@sluice/protocol';
+
+export type RedisClient = Redis | Cluster;
+
+export interface RedisBusOptions {
+  /** REDIS_CLUSTER=1: sharded pub/sub, and idempotency records kept per (tenant, topic). */
+  readonly cluster: boolean;
+  readonly historySize: number;
+  readonly historyTtlMs: number;
+  readonly idempotencyTtlMs: number;
+}
+
+export interface DurablePublish {
+  /** The tenant-scoped topic key. */
+  readonly topic: string;
+  readonly tenant: string;
+  /** The event frame before and after its id (the script puts the stream id between them). */
+  readonly head: string;
+  readonly tail: string;
+  readonly idempotencyKey: string | undefined;
+}
+
+/** A message as it arrives on a topic's channel. */
+export interface BusMessage {
+  readonly topic: string;
+  readonly cls: number;
+  readonly key: string | undefined;
+  readonly id: string | undefined;
+  readonly frame: string;
+}
+
+const SEP = '\x1f';
+const CHANNEL_PREFIX = 'sluice:c:';
+
+// Trims a stream by age (ids below ARGV minid), remembering the newest
+// trimmed id in the floor key.
+const TRIM_AGE = `
+local function trimAge(stream, floor, minid, keepMs)
+  local last = redis.call('XREVRANGE', stream, '(' .. minid, '-', 'COUNT', 1)
+  if #last > 0 then
+    redis.call('SET', floor, last[1][1], 'PX', keepMs)
+    redis.call('XTRIM', stream, 'MINID', minid)
+  end
+end
+local function minid(ttl)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return (now - ttl) .. '-0'
+end
+`;
+
+// KEYS: stream, floor, idempotency record. ARGV: maxlen, ttlMs, keepMs,
+// idemTtlMs (0: no record), head, tail, publish command, channel, prefix.
+const PUBLISH_LUA = `${TRIM_AGE}
+local stream, floor, idem = KEYS[1], KEYS[2], KEYS[3]
+local maxlen, ttl, keep, idemTtl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if idemTtl > 0 then
+  local first = redis.call('GET', idem)
+  if first then return {first, 1} end
+end
+trimAge(stream, floor, minid(ttl), keep)
+if maxlen > 0 then
+  local len = redis.call('XLEN', stream)
+  if len >= maxlen then
+    local gone = redis.call('XRANGE', stream, '-', '+', 'COUNT', len - maxlen + 1)
+    redis.call('SET', floor, gone[#gone][1], 'PX', keep)
+  end
+end
+local id = redis.call('XADD', stream, 'MAXLEN', maxlen, '*', 'h', ARGV[5], 't', ARGV[6])
+if maxlen == 0 then redis.call('SET', floor, id, 'PX', keep) end
+redis.call('PEXPIRE', stream, keep)
+redis.call('PEXPIRE', floor, keep)
+if idemTtl > 0 then redis.call('SET', idem, id, 'PX', idemTtl) end
+redis.call(ARGV[7], ARGV[8], ARGV[9] .. id .. '${SEP}' .. ARGV[5] .. id .. ARGV[6])
+return {id, 0}
+`;
+
+// KEYS: stream, floor. ARGV: since, ttlMs, keepMs, count.
+// Returns {0} when the topic has no stream, else {1, floor, events}.
+const READ_LUA = `${TRIM_AGE}
+local stream, floor = KEYS[1], KEYS[2]
+if redis.call('EXISTS', stream) == 0 then return {0, minid(tonumber(ARGV[2]))} end
+trimAge(stream, floor, minid(tonumber(ARGV[2])), tonumber(ARGV[3]))
+local f = redis.call('GET', floor) or '0-0'
+return {1, f, redis.call('XRANGE', stream, '(' .. ARGV[1], '+', 'COUNT', ARGV[4])}
+`;
+
+interface ScriptedClient {
+  sluicePublish(stream: string, floor: string, idem: string, ...argv: (string | number)[]): Promise<[string, number]>;
+  sluiceRead(stream: string, floor: string, ...argv: (string | number)[]): Promise<unknown[]>;
+}
+
+export class RedisBus {
+  private readonly wanted = new Set<string>();
+  private handler: (m: BusMessage) => void = () => {};
+  private readonly keepMs: number;
+  /** Commands sent, for the metrics and the tests that count them. */
+  commands = 0;
+
+  constructor(
+    private readonly cmd: RedisClient,
+    private readonly sub: RedisClient,
+    private readonly opts: RedisBusOptions,
+  ) {
+    // Tombstone: a topic's floor and last id outlive its events by an hour
+    // (or a TTL), as in memory, so that a client whose `since` is the last id
+    // still recovers after the events expired.
+    this.keepMs = opts.historyTtlMs + Math.max(opts.historyTtlMs, 3_600_000);
+    for (const c of [cmd, sub]) {
+      c.defineCommand('sluicePublish', { numberOfKeys: 3, lua: PUBLISH_LUA });
+      c.defineCommand('sluiceRead', { numberOfKeys: 2, lua: READ_LUA });
+    }
+    const onMessage = (channel: string, payload: string): void => {
+      const m = decodeMessage(channel, payload);
+      if (m !== undefined) this.handler(m);
+    };
+    if (opts.cluster) sub.on('smessage', onMessage);
+    else sub.on('message', onMessage);
+  }
+
+  onMessage(handler: (m: BusMessage) => void): void {
+    this.handler = handler;
+  }
+
+  /** Stores and publishes a durable event; resolves with its stream id (the first id for a repeated key). */
+  async publishDurable(p: DurablePublish): Promise<{ id: string; duplicate: boolean }> {
+    const k = this.keys(p.topic);
+    const idem = p.idempotencyKey === undefined ? k.stream : this.idemKey(p.tenant, p.topic, p.idempotencyKey);
+    this.commands++;
+    const [id, dup] = await (this.cmd as unknown as ScriptedClient).sluicePublish(
+      k.stream, k.floor, idem,
+      this.opts.historySize, this.opts.historyTtlMs, this.keepMs, p.idempotencyKey === undefined ? 0 : this.opts.idempotencyTtlMs,
+      p.head, p.tail, this.opts.cluster ? 'SPUBLISH' : 'PUBLISH', channelOf(p.topic), `${1}${SEP}${SEP}`,
+    );
+    return { id, duplicate: dup === 1 };
+  }
+
+  /** Publishes a keyed or ephemeral event (not stored). */
+  async publishVolatile(topic: string, cls: number, key: string | undefined, frame: string): Promise<void> {
+    this.commands++;
+    const payload = `${cls}${SEP}${key ?? ''}${SEP}${SEP}${frame}`;
+    if (this.opts.cluster) await this.cmd.spublish(channelOf(topic), payload);
+    else await this.cmd.publish(channelOf(topic), payload);
+  }
+
+  /** Resolves once Redis confirmed the subscription; the topic stays wanted (and is subscribed again after a reconnect) even if this fails. */
+  async subscribe(topic: string): Promise<void> {
+    this.wanted.add(topic);
+    this.commands++;
+    if (this.opts.cluster) await this.sub.ssubscribe(channelOf(topic));
+    else await this.sub.subscribe(channelOf(topic));
+  }
+
+  unsubscribe(topic: string): void {
+    if (!this.wanted.delete(topic)) return;
+    this.commands++;
+    const done = this.opts.cluster ? this.sub.sunsubscribe(channelOf(topic)) : this.sub.unsubscribe(channelOf(topic));
+    done.catch(() => {
+      // Disconnected: the subscription went with the connection.
+    });
+  }
+
+  /** Every wanted topic, to subscribe again after the subscriber connection came back. */
+  get topics(): ReadonlySet<string> {
+    return this.wanted;
+  }
+
+  /** Subscribes every wanted topic again (after a reconnect); resolves when Redis confirmed them all. */
+  async resubscribe(): Promise<void> {
+    if (this.wanted.size === 0) return;
+    const channels = [...this.wanted].map(channelOf);
+    this.commands++;
+    if (this.opts.cluster) {
+      // Sharded channels are confirmed per slot.
+      await Promise.all(channels.map((c) => (this.sub as Cluster).ssubscribe(c)));
+    } else {
+      await this.sub.subscribe(...channels);
+    }
+  }
+
+  /** The stored events after `since`, and whether nothing after it was trimmed. */
+  async read(topic: string, since: string): Promise<HistoryRead> {
+    const s = parseEventId(since);
+    if (s === undefined) return { events: [], recovered: false };
+    const k = this.keys(topic);
+    this.commands++;
+    const r = await (this.cmd as unknown as ScriptedClient).sluiceRead(k.stream, k.floor, since, this.opts.historyTtlMs, this.keepMs,
+      Math.max(1, this.opts.historySize));
+    if (r[0] === 0) {
+      // No stream: it never existed or expired with its tombstone. As in
+      // memory, only ids from (now - ttl) on are vouched for.
+      return { events: [], recovered: compareEventIds(s, floorOf(r[1] as string)) >= 0 };
+    }
+    const floor = parseEventId(r[1] as string) ?? { ms: 0, seq: 0 };
+    const events: StoredEvent[] = [];
+    for (const [id, fields] of r[2] as [string, string[]][]) {
+      events.push({ id, frame: frameOf(id, fields) });
+    }
+    return { events, recovered: compareEventIds(s, floor) >= 0 };
+  }
+
+  private keys(topic: string): { stream: string; floor: string } {
+    return { stream: `sluice:h:{${topic}}`, floor: `sluice:f:{${topic}}` };
+  }
+
+  /**
+   * Standalone: one record per (tenant, key), as in memory. Cluster: the
+   * record must share the topic's slot to be written in the same script, so
+   * it is per (tenant, topic, key); a key reused on another topic is not a
+   * repeat there (docs/protocol.md).
+   */
+  private idemKey(tenant: string, topic: string, key: string): string {
+    return this.opts.cluster ? `sluice:i:{${topic}}:${key}` : `sluice:i:${tenant.length}:${tenant}:${key}`;
+  }
+}
+
+function channelOf(topic: string): string {
+  return `${CHANNEL_PREFIX}{${topic}}`;
+}
+
+/** `minid` answered by the read script is `<now - ttl>-0`: ids below it may be gone. */
+function floorOf(minid: string): EventId {
+  const ms = Number(minid.slice(0, minid.indexOf('-')));
+  return { ms: ms - 1, seq: Number.MAX_SAFE_INTEGER };
+}
+
+function frameOf(id: string, fields: string[]): string {
+  let head = '';
+  let tail = '';
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    if (fields[i] === 'h') head = fields[i + 1]!;
+    else if (fields[i] === 't') tail = fields[i + 1]!;
+  }
+  return head + id + tail;
+}
+
+/** `<cls>\x1f<key>\x1f<id>\x1f<frame>` on channel `sluice:c:{<topic>}`. */
+export function decodeMessage(channel: string, payload: string): BusMessage | undefined {
+  if (!channel.startsWith(CHANNEL_PREFIX)) return undefined;
+  const a = payload.indexOf(SEP);
+  const b = payload.indexOf(SEP, a + 1);
+  const c = payload.indexOf(SEP, b + 1);
+  if (a < 0 || b < 0 || c < 0) return undefined;
+  const key = payload.slice(a + 1, b);
+  const id = payload.slice(b + 1, c);
+  return {
+    topic: channel.slice(CHANNEL_PREFIX.length + 1, -1),
+    cls: Number(payload.slice(0, a)),
+    key: key === '' ? undefined : key,
+    id: id === '' ? undefined : id,
+    frame: payload.slice(c + 1),
+  };
+}

@@ -35,7 +35,6 @@ export class RedisBroker implements ShardBroker {
   private readonly lastIds = new Map<string, string>();
   /** Topics being caught up after a reconnect: live events wait here. */
   private readonly catching = new Map<string, Delivery[]>();
-  private subscriberWasDown = false;
   private readonly counts = { durable: 0, keyed: 0, ephemeral: 0, duplicates: 0, errors: 0 };
   readonly stats: BrokerStats;
 
@@ -77,12 +76,16 @@ export class RedisBroker implements ShardBroker {
         // Connection errors surface as 'close' and failed commands; the coordinator logs Redis state changes once.
       });
     }
-    this.sub.on('close', () => {
-      this.subscriberWasDown = true;
-    });
-    this.sub.on('ready', () => {
-      if (this.subscriberWasDown) this.resume();
-    });
+    // Every (re)connection of the subscriber restores the wanted topics,
+    // including those joined while it was away.
+    this.sub.on('ready', () => this.resume());
+  }
+
+  /** Resolves once both connections are up, or after `ms` (the shard then starts degraded, as during an outage). */
+  connected(ms: number): Promise<void> {
+    const both = Promise.all([this.cmd, this.sub].map((c) => (c.status === 'ready' ? undefined
+      : new Promise<void>((resolve) => c.once('ready', () => resolve())))));
+    return Promise.race([both.then(() => undefined), new Promise<void>((resolve) => setTimeout(resolve, ms).unref())]);
   }
 
   private get up(): boolean {
@@ -141,12 +144,15 @@ export class RedisBroker implements ShardBroker {
     await this.mesh.subscribe(topic);
     try {
       await this.bus.subscribe(topic);
+      return;
     } catch (err) {
-      // Still wanted: subscribed again when Redis is back. Until then only
-      // the mesh (this node's keyed and ephemeral events) reaches it.
       this.counts.errors++;
       if (this.log.isLevelEnabled('debug')) this.log.debug({ err, topic }, 'redis subscribe failed; kept for when it is back');
     }
+    // Still wanted: subscribed again when Redis is back, and the durable
+    // events stored from now on are read then. Until then only the mesh
+    // (this node's keyed and ephemeral events) reaches the topic.
+    if (!this.lastIds.has(topic)) this.lastIds.set(topic, `${Date.now()}-0`);
   }
 
   unsubscribe(topic: string): void {
@@ -212,7 +218,6 @@ export class RedisBroker implements ShardBroker {
    * deliver it before the live events that arrived meanwhile.
    */
   private resume(): void {
-    this.subscriberWasDown = false;
     const topics = [...this.bus.topics];
     for (const t of topics) if (this.lastIds.has(t)) this.catching.set(t, []);
     this.bus.resubscribe().then(
@@ -223,7 +228,6 @@ export class RedisBroker implements ShardBroker {
         this.counts.errors++;
         this.log.warn({ err }, 'redis resubscribe failed; retrying on the next reconnect');
         for (const t of topics) this.release(t);
-        this.subscriberWasDown = true;
       },
     );
   }

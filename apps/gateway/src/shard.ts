@@ -189,18 +189,24 @@ class Shard {
     return new Promise<ShardExit>((resolve, reject) => {
       this.finish = resolve;
       this.fail = reject;
-      this.app.listen(this.cfg.host, this.task.listenPort, (ls) => {
-        if (ls === false) {
-          reject(new Error(`shard ${this.task.shard} could not listen on ${this.cfg.host}:${this.task.listenPort}`));
-          return;
-        }
-        this.listenSocket = ls;
-        this.sweepTimer = setInterval(() => this.broker.sweep(Date.now()), 1000);
-        this.sweepTimer.unref();
-        this.laneTimer = setInterval(() => this.sweepLanes(), LANE_SWEEP_MS);
-        this.laneTimer.unref();
-        this.tell({ op: 'listening', port: this.uws.us_socket_local_port(ls as never) });
-      });
+      // Cluster mode: listen once Redis answers (or after a short wait, degraded as in an outage).
+      const connected = this.broker instanceof RedisBroker ? this.broker.connected(3000) : Promise.resolve();
+      void connected.then(() => this.listen(reject));
+    });
+  }
+
+  private listen(reject: (err: Error) => void): void {
+    this.app.listen(this.cfg.host, this.task.listenPort, (ls) => {
+      if (ls === false) {
+        reject(new Error(`shard ${this.task.shard} could not listen on ${this.cfg.host}:${this.task.listenPort}`));
+        return;
+      }
+      this.listenSocket = ls;
+      this.sweepTimer = setInterval(() => this.broker.sweep(Date.now()), 1000);
+      this.sweepTimer.unref();
+      this.laneTimer = setInterval(() => this.sweepLanes(), LANE_SWEEP_MS);
+      this.laneTimer.unref();
+      this.tell({ op: 'listening', port: this.uws.us_socket_local_port(ls as never) });
     });
   }
 

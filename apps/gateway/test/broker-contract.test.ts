@@ -1,7 +1,8 @@
 /**
  * The Broker contract (packages/core/src/broker.ts), run against the embedded
- * implementation: two MeshBrokers joined by a real MessageChannel, as two
- * shards are. The same suite is meant to run against the Redis broker.
+ * implementation (two MeshBrokers joined by a real MessageChannel, as two
+ * shards are) and against the Redis broker (two nodes on one real
+ * redis-server, standalone and a 3-master Cluster).
  */
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,6 +11,8 @@ import { type Broker, type Config, type Delivery, loadConfig, ownerOf, type Publ
 import { EventClass } from '@sluice/protocol';
 import { createLogger } from '@sluice/telemetry';
 import { MeshBroker } from '../src/mesh-broker.ts';
+import { RedisBroker } from '../src/redis-broker.ts';
+import { type RedisCluster, type RedisServer, startRedis, startRedisCluster } from '@sluice/redis/testing';
 
 const { config } = loadConfig({ WS_HISTORY_SIZE: '5', LOG_LEVEL: 'silent' }, { availableParallelism: 2 });
 const log = createLogger('silent');
@@ -48,12 +51,54 @@ function ownedBy(shard: number, prefix: string): string {
 const durable = (topic: string, data: unknown, idempotencyKey?: string): PublishFields =>
   ({ topic, dataJson: JSON.stringify(data), cls: EventClass.Durable, key: undefined, idempotencyKey, traceparent: undefined });
 
-const settle = (): Promise<void> => new Promise((r) => setTimeout(r, 20));
+// Long enough for a delivery through Redis on loopback to arrive, when one is coming.
+const settle = (): Promise<void> => new Promise((r) => setTimeout(r, 100));
 
-for (const owner of [0, 1]) {
-  describe(`embedded broker, topic owned by shard ${owner}, used from shard 0`, () => {
+interface Impl {
+  readonly name: string;
+  /** Embedded: the shard that owns the test's topics (the pair is used from shard 0). */
+  readonly owner: number;
+  pair(): Promise<[Node, Node]>;
+  /** Redis Cluster keeps idempotency records per (tenant, topic): see RedisBus. */
+  readonly cluster: boolean;
+}
+
+const servers = new Map<string, Promise<RedisServer | RedisCluster>>();
+const redisBrokers: RedisBroker[] = [];
+after(async () => {
+  for (const r of redisBrokers) r.close();
+  for (const s of servers.values()) await (await s).stop();
+});
+
+/** Two nodes (one shard each) on one Redis: a RedisBroker each, with its own mesh. */
+async function redisPair(mode: 'standalone' | 'cluster'): Promise<[Node, Node]> {
+  if (!servers.has(mode)) servers.set(mode, mode === 'standalone' ? startRedis() : startRedisCluster());
+  const server = await servers.get(mode)!;
+  const cfg = loadConfig({ WS_HISTORY_SIZE: '5', LOG_LEVEL: 'silent', REDIS_URL: server.url, ...(mode === 'cluster' ? { REDIS_CLUSTER: '1' } : {}) },
+    { availableParallelism: 1 }).config;
+  const nodes = [0, 1].map(() => {
+    const broker = new RedisBroker(0, new MeshBroker(0, 1, cfg, log), cfg, log);
+    redisBrokers.push(broker);
+    const node: Node = { broker, got: [] };
+    broker.onDelivery((d) => node.got.push(d));
+    return node;
+  });
+  await Promise.all(redisBrokers.slice(-2).map((b) => b.connected(5000)));
+  return [nodes[0]!, nodes[1]!];
+}
+
+const impls: Impl[] = [
+  ...[0, 1].map((owner) => ({ name: `embedded broker, topic owned by shard ${owner}, used from shard 0`, owner,
+    pair: () => Promise.resolve(pair().slice(0, 2) as [Node, Node]), cluster: false })),
+  { name: 'Redis broker, two nodes on standalone Redis', owner: 0, pair: () => redisPair('standalone'), cluster: false },
+  { name: 'Redis broker, two nodes on a 3-master Redis Cluster', owner: 0, pair: () => redisPair('cluster'), cluster: true },
+];
+
+for (const impl of impls) {
+  const owner = impl.owner;
+  describe(impl.name, () => {
     test('a durable publish resolves with an id after it is stored; subscribers on both shards get it once', async () => {
-      const [a, b] = pair();
+      const [a, b] = await impl.pair();
       const topic = ownedBy(owner, 'dur');
       const key = topicKey('default', topic);
       await a.broker.subscribe(key);
@@ -72,7 +117,7 @@ for (const owner of [0, 1]) {
     });
 
     test('a repeated idempotency key resolves with the first id, duplicate, and is not delivered again', async () => {
-      const [a, b] = pair();
+      const [a, b] = await impl.pair();
       const topic = ownedBy(owner, 'idem');
       await b.broker.subscribe(topicKey('default', topic));
       const first = await a.broker.publish('default', durable(topic, 1, 'k1'));
@@ -85,7 +130,7 @@ for (const owner of [0, 1]) {
     });
 
     test('idempotency is per tenant: the same key on another topic is a repeat; another tenant may reuse it', async () => {
-      const [a, b] = pair();
+      const [a, b] = await impl.pair();
       const t1 = ownedBy(owner, 'one');
       const t2 = ownedBy(1 - owner, 'two');
       await b.broker.subscribe(topicKey('default', t2));
@@ -93,15 +138,16 @@ for (const owner of [0, 1]) {
       const first = await a.broker.publish('default', durable(t1, 1, 'shared-key'));
       const other = await b.broker.publish('default', durable(t2, 2, 'shared-key'));
       assert.ok(first.ok && other.ok);
-      assert.deepEqual(other, { ok: true, id: first.id, duplicate: true });
+      if (impl.cluster) assert.equal(other.duplicate, false, 'Cluster: a key is remembered per (tenant, topic)');
+      else assert.deepEqual(other, { ok: true, id: first.id, duplicate: true });
       const tenant = await a.broker.publish('acme', durable(t2, 3, 'shared-key'));
       assert.ok(tenant.ok && tenant.duplicate === false);
       await settle();
-      assert.deepEqual(b.got.map((d) => JSON.parse(d.frame).data), [3]);
+      assert.deepEqual(b.got.map((d) => JSON.parse(d.frame).data), impl.cluster ? [2, 3] : [3]);
     });
 
     test('repeats racing the first publish from both shards are delivered once and all get its id', async () => {
-      const [a, b] = pair();
+      const [a, b] = await impl.pair();
       const topic = ownedBy(owner, 'race');
       await b.broker.subscribe(topicKey('default', topic));
       const results = await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 ? a : b).broker.publish('default', durable(topic, i, 'raced'))));
@@ -113,7 +159,7 @@ for (const owner of [0, 1]) {
     });
 
     test('keyed and ephemeral events get no id and are not stored', async () => {
-      const [a, b] = pair();
+      const [a, b] = await impl.pair();
       const topic = ownedBy(owner, 'eph');
       const key = topicKey('default', topic);
       await b.broker.subscribe(key);
@@ -126,7 +172,7 @@ for (const owner of [0, 1]) {
     });
 
     test('deliveries keep the order the owner accepted; unsubscribe stops them', async () => {
-      const [a, b] = pair();
+      const [a, b] = await impl.pair();
       const topic = ownedBy(owner, 'ord');
       const key = topicKey('default', topic);
       await b.broker.subscribe(key);
@@ -148,7 +194,7 @@ for (const owner of [0, 1]) {
     });
 
     test('history after since is bounded: recovered false once trimmed, true from the last id on', async () => {
-      const [a] = pair();
+      const [a] = await impl.pair();
       const topic = ownedBy(owner, 'hist');
       const key = topicKey('default', topic);
       const ids: string[] = [];

@@ -1,5 +1,5 @@
 import type { MessagePort } from 'node:worker_threads';
-import type { PublishRequest, PublishResult } from '@sluice/core';
+import type { PublishRequest, PublishResult, WindowHit, WindowState } from '@sluice/core';
 import type { MetricsJson } from '@sluice/telemetry';
 
 /**
@@ -14,9 +14,16 @@ export type ToShardControl =
   | { readonly op: 'metrics'; readonly rid: number }
   | { readonly op: 'publish'; readonly rid: number; readonly req: PublishRequest }
   /** A (re)started peer shard: talk to it on this port from now on. */
-  | { readonly op: 'peer'; readonly shard: number; readonly port: MessagePort };
+  | { readonly op: 'peer'; readonly shard: number; readonly port: MessagePort }
+  /** The node's memory window store answered a shard's settle. */
+  | { readonly op: 'settled'; readonly rid: number; readonly states: readonly WindowState[] };
 
 export type FromShardControl =
   | { readonly op: 'listening'; readonly port: number }
   | { readonly op: 'metrics'; readonly rid: number; readonly json: MetricsJson }
-  | { readonly op: 'published'; readonly rid: number; readonly res: PublishResult };
+  | { readonly op: 'published'; readonly rid: number; readonly res: PublishResult }
+  /** Limits: a batch of hits for the node's memory window store (embedded mode, or Redis unavailable). */
+  | {
+    readonly op: 'settle'; readonly rid: number; readonly hits: readonly WindowHit[]; readonly limit: number; readonly windowMs: number;
+    readonly now: number;
+  };

@@ -8,7 +8,8 @@ import type { Server } from 'node:http';
 import { type AddressInfo, createServer } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { Piscina } from 'piscina';
-import { type Config, type DrainPace, drainBudget, effectiveSlowBufferBytes, ownerOf, shareBudget, type PublishRequest, type PublishResult, redactedConfig, topicKey } from '@sluice/core';
+import { type Config, type DrainPace, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, shareBudget, type PublishRequest,
+  type PublishResult, redactedConfig, topicKey } from '@sluice/core';
 import { aggregateMetrics, counterFrom, gaugeFrom, type Logger, type MetricsJson, registerEventLoopStall,
   registerProcessMetrics, Registry } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
@@ -59,6 +60,8 @@ export class Coordinator {
   /** Cluster mode: the coordinator's own connection, which tells readiness whether Redis is reachable. */
   private redis: RedisClient | undefined;
   private redisOutages = 0;
+  /** The node's sliding windows for tenant and IP limits: the embedded store, and the fallback when Redis is down. */
+  private readonly windows = new MemoryWindowStore();
 
   constructor(
     private readonly config: Config,
@@ -263,6 +266,10 @@ export class Coordinator {
     switch (m.op) {
       case 'listening':
         link.listening?.(m.port);
+        return;
+      case 'settle':
+        // The node's memory window store: synchronous, so a shard's settle is answered at once.
+        link.send({ op: 'settled', rid: m.rid, states: this.windows.settleNow(m.hits, m.limit, m.windowMs, m.now) });
         return;
       case 'metrics':
       case 'published': {

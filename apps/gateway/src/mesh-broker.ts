@@ -185,6 +185,11 @@ export class MeshBroker implements ShardBroker {
     this.deliver = handler;
   }
 
+  /** Closes the ports to the other shards: they see this shard gone at once. */
+  close(): void {
+    for (const shard of [...this.peers.keys()]) this.peerGone(shard);
+  }
+
   /** Sends what is batched now (before the thread stops). */
   flush(): void {
     for (const link of this.peers.values()) link.out.flush();

@@ -88,6 +88,11 @@ export class RedisBroker implements ShardBroker {
     return Promise.race([both.then(() => undefined), new Promise<void>((resolve) => setTimeout(resolve, ms).unref())]);
   }
 
+  /** The command connection, shared with the limits' window store. */
+  get client(): RedisClient {
+    return this.cmd;
+  }
+
   private get up(): boolean {
     return this.cmd.status === 'ready';
   }
@@ -188,10 +193,10 @@ export class RedisBroker implements ShardBroker {
     this.mesh.addPeer(shard, port);
   }
 
-  /** Closes the connections (the thread is stopping). */
   close(): void {
     this.cmd.disconnect();
     this.sub.disconnect();
+    this.mesh.close();
   }
 
   private fromBus(m: BusMessage): void {

@@ -7,6 +7,8 @@ export interface ShardBroker extends Broker {
   sweep(now: number): void;
   flush(): void;
   addPeer(shard: number, port: MessagePort): void;
+  /** Lets go of every port and connection (the shard is stopping or crashed). */
+  close(): void;
   readonly stats: BrokerStats;
 }
 

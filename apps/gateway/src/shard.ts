@@ -7,7 +7,7 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import { allows, ANONYMOUS, clientAddress, Coalescer, type Config, type Identity, type OriginRule, originAllowed,
-  parseOriginList, type Rights, compareEventIds, type Delivery, effectiveSlowBufferBytes, type EventId, type FixedWindowState,
+  parseOriginList, type Rights, type WindowState, compareEventIds, type Delivery, effectiveSlowBufferBytes, type EventId, type FixedWindowState,
   type HistoryRead, hitFixedWindow, jitter, type Mailbox, type MailItem, topicKey } from '@sluice/core';
 import {
   type CloseReason, closeSpecs, decodeClientFrame, encodeCloseReason, encodePong, encodeRejection, encodeReplyOk,
@@ -18,6 +18,7 @@ import { counterFrom, createLogger, gaugeFrom, type Logger, registerEventLoopSta
 import { tokenFrom, Verifier } from './auth.ts';
 import type { FromShardControl, ToShardControl } from './control.ts';
 import { ExpiryTimers } from './expiry.ts';
+import { Limits } from './limits.ts';
 import { MeshBroker } from './mesh-broker.ts';
 import { RedisBroker } from './redis-broker.ts';
 import type { ShardBroker } from './shard-broker.ts';
@@ -106,11 +107,31 @@ export default function runShard(task: ShardTask): Promise<ShardExit> {
   return new Shard(task).run();
 }
 
+/**
+ * The shard this thread runs now. After a crash the thread is not ended
+ * (uWS aborts the whole process if a thread exits while its app still holds
+ * a connection, and a half-received handshake is one that JavaScript cannot
+ * reach); the coordinator starts the shard again, usually on this thread.
+ */
+let active: Shard | undefined;
+let hooked = false;
+
+function hookProcess(): void {
+  if (hooked) return;
+  hooked = true;
+  process.on('uncaughtException', (err) => active?.die(err));
+  process.on('unhandledRejection', (err) => active?.die(err instanceof Error ? err : new Error(String(err))));
+}
+
 class Shard {
   private readonly uws = loadNativeUws();
   private readonly cfg: Config;
   private readonly shared: SharedState;
   private readonly broker: ShardBroker;
+  private readonly limits: Limits;
+  /** Settles waiting for the coordinator's memory window store. */
+  private readonly settles = new Map<number, (states: readonly WindowState[]) => void>();
+  private settleRid = 0;
   private readonly log: Logger;
   private readonly app: TemplatedApp;
   private readonly sockets = new Set<Socket>();
@@ -160,6 +181,12 @@ class Shard {
     this.log = createLogger(this.cfg.logLevel, { shard: task.shard });
     const mesh = new MeshBroker(task.shard, this.cfg.workers, this.cfg, this.log);
     this.broker = this.cfg.redisUrl === undefined ? mesh : new RedisBroker(task.shard, mesh, this.cfg, this.log);
+    this.limits = new Limits(this.cfg, this.broker instanceof RedisBroker ? this.broker.client : undefined,
+      (hits, limit, windowMs, now) => new Promise((resolve) => {
+        const rid = ++this.settleRid;
+        this.settles.set(rid, resolve);
+        this.tell({ op: 'settle', rid, hits, limit, windowMs, now });
+      }), this.log);
     for (const p of task.peers) this.broker.addPeer(p.shard, p.port);
     this.broker.onDelivery((d) => this.deliver(d));
     task.control.on('message', (m: ToShardControl) => this.control(m));
@@ -184,8 +211,8 @@ class Shard {
   }
 
   run(): Promise<ShardExit> {
-    process.on('uncaughtException', (err) => this.die(err));
-    process.on('unhandledRejection', (err) => this.die(err instanceof Error ? err : new Error(String(err))));
+    active = this; // eslint-disable-line @typescript-eslint/no-this-alias -- the thread's process hooks reach the shard it runs now
+    hookProcess();
     return new Promise<ShardExit>((resolve, reject) => {
       this.finish = resolve;
       this.fail = reject;
@@ -206,6 +233,7 @@ class Shard {
       this.sweepTimer.unref();
       this.laneTimer = setInterval(() => this.sweepLanes(), LANE_SWEEP_MS);
       this.laneTimer.unref();
+      this.limits.start();
       this.tell({ op: 'listening', port: this.uws.us_socket_local_port(ls as never) });
     });
   }
@@ -296,6 +324,18 @@ class Shard {
       this.refuse(res, 'bad_request', '400 Bad Request');
       return;
     }
+    const ip = clientAddress(Buffer.from(res.getRemoteAddressAsText()).toString(), forwardedFor, cfg.trustProxy);
+    const wait = this.limits.connect(ip, Date.now());
+    if (wait !== 0) {
+      this.m.upgrades.ip_rate_limited++;
+      res.cork(() => {
+        res.writeStatus('429 Too Many Requests')
+          .writeHeader('retry-after', String(Math.max(1, Math.ceil(wait / 1000))))
+          .writeHeader('content-type', 'application/json')
+          .end(`{"reason":"ip_rate_limited","retryAfterMs":${wait}}`, true);
+      });
+      return;
+    }
     const origin = req.getHeader('origin');
     if (this.origins !== undefined && origin !== '' && !originAllowed(this.origins, origin)) {
       this.refuse(res, 'forbidden_origin', '403 Forbidden');
@@ -304,7 +344,6 @@ class Shard {
     const offered = req.getHeader('sec-websocket-protocol');
     const extensions = req.getHeader('sec-websocket-extensions');
     const protocol = offered.split(',').some((p) => p.trim() === PROTOCOL_VERSION) ? PROTOCOL_VERSION : '';
-    const ip = clientAddress(Buffer.from(res.getRemoteAddressAsText()).toString(), forwardedFor, cfg.trustProxy);
     if (this.verifier === null) {
       this.accept(res, context, key, protocol, extensions, ip, ANONYMOUS);
       return;
@@ -493,6 +532,11 @@ class Shard {
       this.reject(ws, d, f.ref, 'forbidden', undefined, `the token does not allow publishing to ${f.topic}`);
       return;
     }
+    const wait = this.limits.publish(d.tenant, Date.now());
+    if (wait !== 0) {
+      this.reject(ws, d, f.ref, 'tenant_rate_limited', wait);
+      return;
+    }
     d.strikes = 0;
     d.inflight++;
     let inline = true;
@@ -594,9 +638,14 @@ class Shard {
     if (set === undefined) this.recoveries.set(key, (set = new Set()));
     set.add(rec);
     const done = (): boolean => {
-      if (!this.recoveries.get(key)?.delete(rec)) return false; // left or closed meanwhile
-      if (this.recoveries.get(key)?.size === 0) this.recoveries.delete(key);
-      return d.open && d.topics?.get(f.topic) === key;
+      if (this.recoveries.get(key)?.delete(rec) === true) {
+        if (this.recoveries.get(key)?.size === 0) this.recoveries.delete(key);
+        return d.open && d.topics?.get(f.topic) === key;
+      }
+      // Left meanwhile: as for a plain join, the join happened and the leave
+      // undid it, and the join still gets its reply. (Closed: nobody to tell.)
+      if (d.open) ws.cork(() => ws.send(encodeReplyOk(f.ref), false));
+      return false;
     };
     this.broker.history(key, since).then((read: HistoryRead) => {
       if (!done()) return;
@@ -767,6 +816,12 @@ class Shard {
       case 'peer':
         this.broker.addPeer(m.shard, m.port);
         return;
+      case 'settled': {
+        const done = this.settles.get(m.rid);
+        this.settles.delete(m.rid);
+        done?.(m.states);
+        return;
+      }
     }
   }
 
@@ -802,6 +857,7 @@ class Shard {
     if (this.laneTimer !== undefined) clearInterval(this.laneTimer);
     if (this.coalesceTimer !== undefined) clearTimeout(this.coalesceTimer);
     this.expiry.clear();
+    this.limits.stop();
     this.closeListenSocket();
     const cfg = this.cfg;
     for (const ws of [...this.sockets]) {
@@ -817,7 +873,7 @@ class Shard {
       // thread that exits with a socket open aborts the whole process.
       for (const ws of [...this.sockets]) ws.close();
       this.broker.flush();
-      if (this.broker instanceof RedisBroker) this.broker.close();
+      this.broker.close();
       // The coordinator waits for the kernel to drop the connections still
       // closing before it ends this thread (see proc-sockets.ts).
       setImmediate(() => this.finish({ shard: this.task.shard }));
@@ -833,25 +889,30 @@ class Shard {
   }
 
   /**
-   * A bug reached the top of this thread. Close everything this thread holds
-   * (uWS aborts the process if a thread exits with sockets open), then end
-   * the thread; the coordinator restarts the shard.
+   * A bug reached the top of this thread. Close every socket and timer this
+   * shard holds and let go of its ports, then fail the task: the coordinator
+   * starts the shard again. The thread itself lives on (see `active`): the
+   * old app's unfinished handshakes time out there on their own, refused.
    */
-  private die(err: Error): void {
+  die(err: Error): void {
     if (this.dying) return;
     this.dying = true;
     this.stopping = true;
     this.log.error({ err }, 'shard crashed; closing its sockets');
     this.closeListenSocket();
-    // A hard close, not end(): end() leaves the TCP socket open until the
-    // peer answers, and this thread must hold no socket when it exits. The
-    // other shards keep running, so the node cannot wait for peers here.
+    for (const t of [this.sweepTimer, this.laneTimer]) if (t !== undefined) clearInterval(t);
+    if (this.coalesceTimer !== undefined) clearTimeout(this.coalesceTimer);
+    this.expiry.clear();
+    this.limits.stop();
+    // A hard close, not end(): the other shards keep running and the
+    // restart should not wait for peers to answer close frames.
     for (const ws of [...this.sockets]) {
       this.m.closes.internal!++;
       ws.close();
     }
+    this.broker.close();
+    this.task.control.close();
     this.fail(err);
-    setTimeout(() => process.exit(1), 20);
   }
 
   private registerMetrics(): void {
@@ -873,9 +934,16 @@ class Shard {
     counterFrom(r, 'sluice_messages_published_total', 'Events accepted by the broker, by class.', 'class', () => stats.published);
     counterFrom(r, 'sluice_publish_duplicates_total', 'Publishes answered from the idempotency table.', undefined, () => stats.duplicates);
     gaugeFrom(r, 'sluice_history_topics', 'Topics with history held in memory (embedded mode).', () => stats.historyTopics);
-    counterFrom(r, 'sluice_redis_commands_total', 'Redis commands sent (cluster mode).', undefined, () => stats.redisCommands);
+    counterFrom(r, 'sluice_redis_commands_total', 'Redis commands sent (cluster mode): bus, history and limits.', undefined,
+      () => stats.redisCommands + this.limits.redisCommands);
     counterFrom(r, 'sluice_redis_errors_total', 'Redis commands that failed: unreachable, timed out or refused (cluster mode).', undefined,
       () => stats.redisErrors);
+    counterFrom(r, 'sluice_limiter_settles_total', 'Batches of tenant and IP limit hits settled with a window store, by store.', 'store',
+      () => this.limits.stats.settles);
+    counterFrom(r, 'sluice_limiter_redis_commands_total', 'Redis commands sent to settle tenant and IP limits (part of sluice_redis_commands_total).',
+      undefined, () => this.limits.redisCommands);
+    counterFrom(r, 'sluice_limiter_fallbacks_total', 'Limit settles Redis failed and this node\'s memory store took.', undefined,
+      () => this.limits.stats.fallbacks);
     registerEventLoopStall(r);
   }
 }

@@ -28,8 +28,10 @@ export const running = new Set<Gateway>();
 export async function startGateway(env: Record<string, string> = {}): Promise<Gateway> {
   const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: GATEWAY_DIR,
+    // Every test client comes from 127.0.0.1 as one tenant: the per-IP and
+    // per-tenant windows are opened wide unless a test sets them.
     env: { ...process.env, PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: '2',
-      LOG_LEVEL: 'info', WS_DRAIN_DELAY_MS: '0', ...env },
+      LOG_LEVEL: 'info', WS_DRAIN_DELAY_MS: '0', WS_IP_CONNECT_LIMIT: '1000000', WS_TENANT_MSG_LIMIT: '100000000', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: Record<string, unknown>[] = [];

@@ -1,6 +1,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ownerOf, topicKey } from '@sluice/core';
+import { connect, type Socket } from 'node:net';
+import { once } from 'node:events';
 import { Client, clientsOnShards, eventually, metricValue, rawUpgrade, runUntilExit, startGateway } from './harness.ts';
 
 describe('start', () => {
@@ -85,6 +87,29 @@ describe('shard crash', () => {
     assert.equal(await metricValue(gw, 'sluice_shard_restarts_total'), 1);
     a2!.close();
     b!.close();
+    assert.equal(await gw.stop(), 0, gw.stderr());
+  });
+
+  test('a crash while handshakes are half-received costs the shard, not the process', async () => {
+    const gw = await startGateway({ SLUICE_TEST_HOOKS: '1' });
+    // Connections that opened TCP or sent half a request: uWS holds them, JavaScript cannot reach them.
+    const idle: Socket[] = [];
+    for (let i = 0; i < 16; i++) {
+      const s = connect(gw.port, '127.0.0.1');
+      await once(s, 'connect');
+      if (i % 2 === 0) s.write('GET /ws HTTP/1.1\r\nHost: x\r\n');
+      s.on('error', () => {});
+      idle.push(s);
+    }
+    const [a] = await clientsOnShards(gw.url(), [0]);
+    a!.send({ type: 'debug.crash' });
+    await a!.closedBy();
+    await eventually(() => gw.logs.some((l) => l.msg === 'shard restarted'));
+    const [again] = await clientsOnShards(gw.url(), [0]);
+    assert.equal((await again!.request({ type: 'ping' })).type, 'pong');
+    assert.equal(gw.proc.exitCode, null, 'the process lives');
+    again!.close();
+    for (const s of idle) s.destroy();
     assert.equal(await gw.stop(), 0, gw.stderr());
   });
 });

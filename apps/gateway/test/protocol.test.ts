@@ -265,3 +265,27 @@ describe('bad input gets an answer and the socket stays usable', () => {
     assert.equal((await sub.request({ type: 'ping' })).type, 'pong');
   });
 });
+
+describe('join with since, left before its history arrived', () => {
+  test('still gets its reply (the join happened; the leave undid it), like a plain join', async () => {
+    const { ownerOf, topicKey } = await import('@sluice/core');
+    const owned = (): string => {
+      for (let i = 0; ; i++) if (ownerOf(topicKey('default', `jl:${i}`), 2) === 1) return `jl:${i}`;
+    };
+    const topic = owned();
+    const [holder] = await clientsOnShards(gw.url(), [0]);
+    const [c] = await clientsOnShards(gw.url(), [0]);
+    opened.push(holder!, c!);
+    assert.equal((await holder!.request({ type: 'join', topic })).status, 'ok');
+    // History is asked of shard 1; the leave is handled on shard 0 before the answer comes back.
+    c!.send({ type: 'join', ref: 'j', topic, since: '0-0' });
+    c!.send({ type: 'leave', ref: 'l', topic });
+    const replies = [await c!.next((f) => f.type === 'reply' && f.ref === 'l'), await c!.next((f) => f.type === 'reply' && f.ref === 'j')];
+    assert.deepEqual(replies.map((r) => r.status), ['ok', 'ok']);
+    // And the socket is not joined: a publish on the topic does not reach it.
+    await holder!.request({ type: 'publish', topic, data: 'after' });
+    await holder!.next((f) => f.type === 'event' && f.data === 'after');
+    assert.equal((await c!.request({ type: 'ping' })).type, 'pong');
+    assert.deepEqual(c!.takeEvents(topic), []);
+  });
+});

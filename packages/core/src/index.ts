@@ -9,3 +9,5 @@ export * from './backpressure.ts';
 export * from './drain.ts';
 export * from './identity.ts';
 export * from './limits.ts';
+export * from './memory-window-store.ts';
+export * from './local-limiter.ts';

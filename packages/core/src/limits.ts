@@ -7,6 +7,11 @@
 export interface WindowHit {
   readonly key: string;
   readonly hits: number;
+  /**
+   * Hits tried since the last settle, refused ones included (>= hits);
+   * `hits` when absent. Only summed and reported back, never limited.
+   */
+  readonly demand?: number;
 }
 
 /** What the store knows about a key's window after adding a settle's hits. */
@@ -15,6 +20,12 @@ export interface WindowState {
   readonly count: number;
   /** 0 when the window has room; otherwise ms until it will. */
   readonly retryAfterMs: number;
+  /**
+   * Estimated demand in the same sliding window, every shard and node, this
+   * settle's included: the sum of `demand` (or `hits` where absent). A shard
+   * divides it by its own demand to learn its share of the key.
+   */
+  readonly demand: number;
 }
 
 /**

@@ -97,13 +97,20 @@ function decodePublish(f: Record<string, unknown>, ref: string | undefined): Dec
   if (traceparent !== undefined && (typeof traceparent !== 'string' || !TRACEPARENT_PATTERN.test(traceparent))) {
     return bad(ref, 'traceparent must be a W3C Trace Context traceparent');
   }
+  let dataJson: string;
+  try {
+    dataJson = JSON.stringify(f.data);
+  } catch {
+    // JSON.parse takes nesting that JSON.stringify's recursion cannot (about 16k levels of arrays).
+    return bad(ref, 'data is nested too deeply');
+  }
   return {
     ok: true,
     frame: {
       type: 'publish',
       ref,
       topic,
-      dataJson: JSON.stringify(f.data),
+      dataJson,
       cls,
       key: key as string | undefined,
       idempotencyKey: idempotencyKey as string | undefined,

@@ -13,12 +13,13 @@ export const ErrorReasons = [
 export type ErrorReason = (typeof ErrorReasons)[number];
 
 /**
- * Reasons that are the client's fault. They count as strikes: WS_MAX_STRIKES
+ * Reasons that are the socket's fault. They count as strikes: WS_MAX_STRIKES
  * of them in a row close the socket with 1008 `abusive`. `unavailable` and
- * `internal` are the server's fault and never count.
+ * `internal` are the server's fault, and `tenant_rate_limited` is the whole
+ * tenant's doing (other sockets, other nodes): they never count.
  */
 export function isStrike(reason: ErrorReason): boolean {
-  return reason !== 'unavailable' && reason !== 'internal';
+  return reason !== 'unavailable' && reason !== 'internal' && reason !== 'tenant_rate_limited';
 }
 
 /** Upgrade refusals (plain HTTP bodies). */

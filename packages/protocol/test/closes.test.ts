@@ -97,9 +97,9 @@ describe('error reasons', () => {
     assert.equal(new Set(ErrorReasons).size, ErrorReasons.length);
   });
 
-  test('isStrike is false only for the server\'s own faults, unavailable and internal', () => {
+  test('isStrike is false only for the server\'s own faults (unavailable, internal) and the tenant-wide window', () => {
     for (const reason of ErrorReasons) {
-      assert.equal(isStrike(reason), reason !== 'unavailable' && reason !== 'internal', reason);
+      assert.equal(isStrike(reason), !['unavailable', 'internal', 'tenant_rate_limited'].includes(reason), reason);
     }
   });
 });

@@ -522,3 +522,16 @@ describe('parseEventId', () => {
     }
   });
 });
+
+describe('decodeClientFrame: hostile shapes', () => {
+  test('data nested deeper than JSON.stringify can recurse is bad_request, not a thrown RangeError', () => {
+    const depth = 200_000;
+    const text = `{"type":"publish","ref":"deep","topic":"t","data":${'['.repeat(depth)}${']'.repeat(depth)}}`;
+    const r = decodeClientFrame(text);
+    assert.equal(r.ok, false);
+    assert.ok(!r.ok && r.reason === 'bad_request' && r.ref === 'deep' && /nested too deeply/.test(r.message ?? ''));
+    // Ordinary nesting is kept as it was sent.
+    const ok = decodeClientFrame(`{"type":"publish","topic":"t","data":${'['.repeat(100)}1${']'.repeat(100)}}`);
+    assert.ok(ok.ok && ok.frame.type === 'publish' && ok.frame.dataJson === `${'['.repeat(100)}1${']'.repeat(100)}`);
+  });
+});

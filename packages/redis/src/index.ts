@@ -1,2 +1,3 @@
 export * from './bus.ts';
 export * from './client.ts';
+export * from './window-store.ts';

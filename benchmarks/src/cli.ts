@@ -1,4 +1,4 @@
-// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|report> [options]`.
+// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|s7|s8|report> [options]`.
 // See benchmarks/README.md for what each command runs and what the columns mean.
 
 import { execFileSync } from 'node:child_process';
@@ -15,6 +15,7 @@ import { runFanout, S3_DEFAULT, type FanoutConfig } from './scenarios/fanout.ts'
 import { runConnect, S45_DEFAULT, type ConnectConfig } from './scenarios/connect.ts';
 import { runSlow, S6_DEFAULT, type SlowConfig } from './scenarios/slow.ts';
 import { runDrain, S7_DEFAULT, type DrainConfig } from './scenarios/drain.ts';
+import { runCrossNode, S8_DEFAULT, type CrossConfig } from './scenarios/crossnode.ts';
 import type { RunOptions, Sample } from './scenarios/common.ts';
 import { ratios, rows } from './report/summary.ts';
 import { checkGates, checkGoals } from './report/gates.ts';
@@ -22,27 +23,30 @@ import { gatesTable, goalsTable, methodSection, ratiosTable, renderDrainSvg, ren
 
 const USAGE = `usage: cli.ts <command> [options]
 commands:
-  all        S1, S2, S3, S4+S5 against every target, S6 against sluice and ws (1 repeat); writes runs/*.json, results.md, results.svg
+  all        S1, S2, S3, S4+S5 against every target, S6 against sluice and ws (1 repeat), S7, S8 against sluice (2 repeats);
+             writes runs/*.json, results.md, results.svg
   ci         short S1 (32 B), S3, S4 against sluice, uws, ws; exits 1 when a gate fails
   s1 | s2 | s3 | s4 | s5   one scenario alone (s4 and s5 share one connect run)
   s6         slow consumers: 1 publisher, healthy + stalled subscribers, RSS and healthy p99 per second,
              and the same without stalled ones; default targets sluice,ws, 1 repeat, 60 s each
   s7         drain pacing: sluice (2 workers) with --sockets idle sockets (10000), SIGTERM, closes per second vs --rate (500)
              after --delay-ms (1000), retryAfterMs, readiness, exit code; writes results-s7.svg (also part of all)
+  s8         cross-node fan-out: S3 on 1 node (embedded), 1 node on Redis and --nodes (2) nodes on one private
+             redis-server; gateway and Redis CPU, Redis commands per event, added p99; default target sluice, 2 repeats
   report <run.json>        rewrite results.md and results.svg from a saved run
 options:
   --targets a,b      subset of ${ALL_TARGETS.join(',')}
   --repeats n        repeats per target (interleaved)
-  --measure-ms n     measurement window (S1-S3)
-  --warmup-ms n      warm-up before the window (S1-S3)
-  --procs n          load-generator processes (S3: subscriber processes)
+  --measure-ms n     measurement window (S1-S3, S8)
+  --warmup-ms n      warm-up before the window (S1-S3, S8)
+  --procs n          load-generator processes (S3, S8: subscriber processes)
   --sockets n        sockets (S1, S2, S4/S5)
-  --subscribers n    subscribers (S3)
+  --subscribers n    subscribers (S3, S8)
   --sizes a,b        payload sizes in bytes (S1)
-  --depth n          frames in flight per socket (S1, S2) or acks in flight (S3)
+  --depth n          frames in flight per socket (S1, S2) or acks in flight (S3, S8)
   --concurrency n    handshakes in flight per generator process (S4/S5)
-  --window n         publishes the S3 (S6) publisher may run ahead of the slowest (healthy) subscriber; S6: 0 = no credit
-  --ephemeral        publish the ephemeral class instead of durable (S1-S3)
+  --window n         publishes the S3, S8 (S6) publisher may run ahead of the slowest (healthy) subscriber; S6: 0 = no credit
+  --ephemeral        publish the ephemeral class instead of durable (S1-S3, S8)
   --seconds n        publishing time of each S6 run (default 60)
   --healthy n        healthy subscribers (S6, default 1000)
   --stalled n        stalled subscribers (S6, default 200)
@@ -50,6 +54,7 @@ options:
   --rss-limit-mib n  stop an S6 run when the server's RSS passes this (default 2048)
   --rate n           S7: WS_DRAIN_RATE, closes per second for the node (default 500)
   --delay-ms n       S7: WS_DRAIN_DELAY_MS (default 1000)
+  --nodes n          S8: gateway processes on the one redis-server (default 2)
   --no-report        (all) do not rewrite results.md / results.svg`;
 
 interface Cli {
@@ -59,6 +64,7 @@ interface Cli {
     targets?: string; repeats?: string; 'measure-ms'?: string; 'warmup-ms'?: string; procs?: string; sockets?: string;
     subscribers?: string; window?: string; sizes?: string; depth?: string; concurrency?: string; ephemeral?: boolean; 'no-report'?: boolean; help?: boolean;
     seconds?: string; healthy?: string; stalled?: string; size?: string; 'rss-limit-mib'?: string; rate?: string; 'delay-ms'?: string;
+    nodes?: string;
   };
 }
 
@@ -70,7 +76,7 @@ function parse(): Cli {
       procs: { type: 'string' }, sockets: { type: 'string' }, subscribers: { type: 'string' }, window: { type: 'string' }, sizes: { type: 'string' },
       depth: { type: 'string' }, concurrency: { type: 'string' }, ephemeral: { type: 'boolean' }, 'no-report': { type: 'boolean' },
       seconds: { type: 'string' }, healthy: { type: 'string' }, stalled: { type: 'string' }, size: { type: 'string' }, 'rss-limit-mib': { type: 'string' },
-      rate: { type: 'string' }, 'delay-ms': { type: 'string' },
+      rate: { type: 'string' }, 'delay-ms': { type: 'string' }, nodes: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -166,9 +172,9 @@ async function main(): Promise<number> {
 
   assertNativeUws();
   const isCi = cli.command === 'ci';
-  const scenarios = isCi ? ['s1', 's3', 's4'] : cli.command === 'all' ? ['s1', 's2', 's3', 's45', 's6', 's7'] : [cli.command];
-  for (const s of scenarios) if (!['s1', 's2', 's3', 's4', 's5', 's45', 's6', 's7'].includes(s)) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
-  const defaultTargets: readonly TargetName[] = isCi ? ['sluice', 'uws', 'ws'] : cli.command === 's6' ? ['sluice', 'ws'] : ALL_TARGETS;
+  const scenarios = isCi ? ['s1', 's3', 's4'] : cli.command === 'all' ? ['s1', 's2', 's3', 's45', 's6', 's7', 's8'] : [cli.command];
+  for (const s of scenarios) if (!['s1', 's2', 's3', 's4', 's5', 's45', 's6', 's7', 's8'].includes(s)) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
+  const defaultTargets: readonly TargetName[] = isCi ? ['sluice', 'uws', 'ws'] : cli.command === 's6' ? ['sluice', 'ws'] : cli.command === 's8' ? ['sluice'] : ALL_TARGETS;
   let targets = targetsOf(v.targets, defaultTargets);
   if (!gatewayAvailable() && targets.some((t) => t.startsWith('sluice'))) {
     if (isCi) throw new Error('apps/gateway/src/main.ts does not exist: the CI gate needs the gateway');
@@ -234,6 +240,17 @@ async function main(): Promise<number> {
   };
   if (cli.command === 's7' && !gatewayAvailable()) throw new Error('apps/gateway/src/main.ts does not exist: S7 needs the gateway');
 
+  // S8 takes S3's settings (the same options) and its own node count.
+  const s8: CrossConfig = { ...s3, warmupEvents: S8_DEFAULT.warmupEvents, nodes: int(v.nodes, 'nodes') ?? S8_DEFAULT.nodes };
+  if (s8.nodes < 2) throw new Error('--nodes wants 2 or more: S8 already measures one node on Redis');
+  if (cli.command === 's8' && !gatewayAvailable()) throw new Error('apps/gateway/src/main.ts does not exist: S8 needs the gateway');
+  // Gateway targets only, 2 repeats unless asked (alone); in `all`, Sluice (2 workers) twice.
+  const s8Opts = (base: RunOptions): RunOptions => ({
+    ...base,
+    targets: base.targets.filter((t) => (cli.command === 's8' ? t.startsWith('sluice') : t === 'sluice')),
+    repeats: cli.command === 's8' ? (int(v.repeats, 'repeats') ?? 2) : 2,
+  });
+
   const startedAt = new Date().toISOString();
   const buildAtStart = sluiceBuild();
   const t0 = performance.now();
@@ -270,6 +287,12 @@ async function main(): Promise<number> {
         writeFileSync(join(BENCH_ROOT, 'results-s7.svg'), renderDrainSvg(drain));
         log('  wrote benchmarks/results-s7.svg');
       }
+    }
+    if (s === 's8' && gatewayAvailable() && s8Opts(opts).targets.length > 0) {
+      const o = s8Opts(opts);
+      log(`S8: ${JSON.stringify(s8)} targets ${o.targets.join(',')} repeats ${o.repeats}`);
+      used['S8'] = { ...s8, repeats: o.repeats };
+      samples.push(...await runCrossNode(o, s8));
     }
   }
 

@@ -55,12 +55,13 @@ const SCENARIO_TITLE: Record<ScenarioId, string> = {
   S5: 'S5 upgrade storm',
   S6: 'S6 slow consumers',
   S7: 'S7 drain pacing',
+  S8: 'S8 cross-node fan-out (cluster mode, one Redis)',
 };
 
 /** One table per scenario with every target's medians; used by the terminal and results.md. */
 export function rowsTables(rowsList: readonly Row[]): string {
   const parts: string[] = [];
-  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7'] as const) {
+  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8'] as const) {
     const rs = rowsList.filter((r) => r.scenario === sc);
     if (rs.length === 0) continue;
     parts.push(`### ${SCENARIO_TITLE[sc]}`);
@@ -79,6 +80,8 @@ export function rowsTables(rowsList: readonly Row[]): string {
       parts.push(s6Table(rs, status));
     } else if (sc === 'S7') {
       parts.push(s7Table(rs, status));
+    } else if (sc === 'S8') {
+      parts.push(s8Table(rs, status));
     } else {
       parts.push(table(
         ['variant', 'target', 'server CPU per upgrade', 'upgrades/server-CPU-s', 'connect p99', 'longest stall (max of runs)', 'server CPU', 'busiest generator', 'other load', 'ok runs'],
@@ -126,6 +129,30 @@ export function s7Table(rs: readonly Row[], status: (r: Row) => string): string 
         `${f(x(r, 'retryMinMs'))}..${f(x(r, 'retryMaxMs'))}`, n(r, 'retryHist'), `${f(x(r, 'retryChi2'), 1)} (${f(x(r, 'retryChi2P'), 3)})`,
         `first ${n(r, 'readyFirst')}; ${n(r, 'readyStatuses')}; upgrade in the delay: ${n(r, 'upgradeDuringDelay')}`, `${f(x(r, 'exitCode'))} after ${f(x(r, 'exitAfterS'), 1)} s`, pct(x(r, 'peakServerCpu')),
         n(r, 'findings') === '' ? 'none' : n(r, 'findings'), status(r)]),
+    );
+}
+
+export function s8Table(rs: readonly Row[], status: (r: Row) => string): string {
+  const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
+  const f = (v: number, d = 2): string => (Number.isFinite(v) ? v.toFixed(d) : '-');
+  const vs = (v: number): string => (Number.isFinite(v) ? fmtRatio(v) : '-');
+  const added = (us: number): string => (Number.isFinite(us) ? `${us >= 0 ? '+' : '-'}${fmtUs(Math.abs(us))}` : '-');
+  return 'S3\'s fan-out (one publisher, durable 64 B events, credit-bound) on one gateway without Redis, on one gateway with `REDIS_URL`, and on ' +
+    'several gateway processes on one redis-server (publisher on node 0, subscriber processes spread over the nodes). `gateway CPU`: every gateway ' +
+    'process, `Redis CPU`: redis-server, both from /proc/<pid>/stat, % of one core; `vs 1 node`: against the embedded single node of the same repeat; ' +
+    '`cmds/event`: the gateways\' `sluice_redis_commands_total` over their durable `sluice_messages_published_total` (both summed over the nodes, deltas over ' +
+    'the window); `Redis calls/event`: what redis-server executed (INFO commandstats, the script\'s inner calls included; by command in the JSON), ' +
+    '`Redis CPU/event`: its CPU (10 ms ticks) over those events; p99 per node: subscribers on ' +
+    'the publisher\'s node / on the other nodes.\n\n' +
+    table(
+      ['variant', 'target', 'deliveries/s', 'gateway CPU', 'Redis CPU', 'deliveries/gateway-CPU-s', 'vs 1 node', 'deliveries/(gateway+Redis)-CPU-s', 'vs 1 node',
+        'cmds/event', 'Redis calls/event', 'Redis CPU/event', 'p50', 'p99', 'p99 publisher\'s node / others', 'p99 added vs 1 node', 'other load', 'ok runs'],
+      rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtInt(r.perSec), pct(r.serverUtil), Number.isFinite(x(r, 'redisUtil')) ? pct(x(r, 'redisUtil')) : '-',
+        fmtInt(r.perServerCpuS), vs(x(r, 'perServerCpuVsOneNode')), Number.isFinite(x(r, 'perTotalCpuS')) ? fmtInt(x(r, 'perTotalCpuS')) : '-',
+        vs(x(r, 'perTotalCpuVsOneNode')), f(x(r, 'redisCommandsPerEvent'), 3), f(x(r, 'redisCallsPerEvent'), 1),
+        Number.isFinite(x(r, 'redisCpuUsPerEvent')) ? fmtUs(x(r, 'redisCpuUsPerEvent')) : '-', fmtUs(r.p50Us), fmtUs(r.p99Us),
+        Number.isFinite(x(r, 'node0P99Us')) ? `${fmtUs(x(r, 'node0P99Us'))} / ${fmtUs(x(r, 'otherNodesP99Us'))}` : '-',
+        added(x(r, 'p99AddedUs')), pct(r.otherUtil), status(r)]),
     );
 }
 
@@ -222,7 +249,7 @@ export function methodSection(rec: RunRecord): string {
     `Run \`${rec.command}\` from ${rec.startedAt} to ${rec.finishedAt}; raw samples in \`benchmarks/runs/\` (not committed).`,
     '',
     `- Machine: ${m.cpuModel}, ${m.cores} cores, ${m.memGiB} GiB, Linux ${m.kernel}, Node ${m.node}. Server and load generator share the ${m.cores} cores; all traffic is loopback.`,
-    `- Sluice build: commit \`${rec.sluiceBuild.commit}\`${rec.sluiceBuild.dirtyFiles > 0 ? ` plus ${rec.sluiceBuild.dirtyFiles} uncommitted files under apps/ and packages/` : ''}${rec.sluiceBuild.changedDuringRun !== undefined ? ` at the start of the run (**changed during the run**: ${rec.sluiceBuild.changedDuringRun})` : ''}, run from source with \`node --import tsx apps/gateway/src/main.ts\`, embedded mode (no Redis), \`LOG_LEVEL=info\`, per-socket, per-tenant and per-IP limits lifted (see src/lib/server.ts); every other setting at its default.`,
+    `- Sluice build: commit \`${rec.sluiceBuild.commit}\`${rec.sluiceBuild.dirtyFiles > 0 ? ` plus ${rec.sluiceBuild.dirtyFiles} uncommitted files under apps/ and packages/` : ''}${rec.sluiceBuild.changedDuringRun !== undefined ? ` at the start of the run (**changed during the run**: ${rec.sluiceBuild.changedDuringRun})` : ''}, run from source with \`node --import tsx apps/gateway/src/main.ts\`, embedded mode (no Redis${rec.samples.some((s) => s.scenario === 'S8') ? '; S8 also in cluster mode, below' : ''}), \`LOG_LEVEL=info\`, per-socket, per-tenant and per-IP limits lifted (see src/lib/server.ts); every other setting at its default.`,
     '- Targets (each its own process, fresh for every measurement, started the same way from the repo root under tsx):',
     ...Object.values(TARGETS).filter((t) => rec.samples.some((s) => s.target === t.name)).map((t) => `  - ${PEER_LABEL[t.name]}: ${t.describe}`),
     '- Every peer speaks the Sluice protocol subset the scenarios use (Socket.IO: the same job in its own protocol): on `join` it subscribes the socket and replies; on `publish` it parses the JSON frame, replies with the `ref` and an id, and sends the event `{"type":"event","topic","id","data"}` to every subscriber of the topic, the sender included. raw uWS: `ws.send(reply)`, `ws.publish(topic, event)` for the others and `ws.send(event)` for the sender. ws: `Map<topic, Set<socket>>`, the event serialized once into a Buffer and sent in a loop. Socket.IO: `socket.join(topic)`, the ack callback, `io.to(topic).emit("event", ...)`.',
@@ -234,6 +261,7 @@ export function methodSection(rec: RunRecord): string {
     '- Scenario settings (see README for what each field does):',
     ...Object.entries((cfg['scenarios'] ?? {}) as Record<string, Record<string, unknown>>).map(([k, v]) =>
       `  - ${k}: ${Object.entries(v).filter(([f]) => f !== 'scenario').map(([f, x]) => `${f} ${JSON.stringify(x)}`).join(', ')}`),
+    ...(rec.samples.some((s) => s.scenario === 'S8') ? ['- S8 (cluster mode): the same gateway command and settings plus `REDIS_URL` of one private redis-server (`startRedis()` of `@sluice/redis/testing`: loopback, persistence off, flushed before each measurement), started fresh every repeat; gateway processes fresh for every measurement. The embedded single node of each repeat is measured first, then one node on Redis, then the nodes on Redis.'] : []),
     '- S5 stall: the longest event-loop delay since the server started (its start-up and the 300 warm-up upgrades included), sampled every 10 ms, so a reading includes up to 10 ms of sampling interval; the JSON keeps the reading taken just before the storm as `stallMaxMsBefore`.',
   ];
   return lines.join('\n');

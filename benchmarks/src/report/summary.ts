@@ -56,10 +56,11 @@ export const HEADLINE: Record<ScenarioId, { key: HeadlineKey; higherIsBetter: bo
   S5: { key: 'cpuPerUpgradeUs', higherIsBetter: false, label: 'server CPU per upgrade' },
   S6: { key: 'p99Us', higherIsBetter: false, label: 'healthy subscribers p99' },
   S7: { key: 'perServerCpuS', higherIsBetter: true, label: 'closes per server-CPU-s' },
+  S8: { key: 'perServerCpuS', higherIsBetter: true, label: 'deliveries per gateway-CPU-s' },
 };
 
-/** Scenarios judged by absolute goals only (S6: against its own run without stalled sockets; S7: Sluice only): no Sluice/peer ratio. */
-const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7']);
+/** Scenarios without a Sluice/peer ratio: S6 is judged against its own run without stalled sockets; S7 and S8 run Sluice only (S8: against its own single node). */
+const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7', 'S8']);
 
 function extraNum(s: Sample, k: string): number {
   const v = s.extra[k];

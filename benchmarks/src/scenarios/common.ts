@@ -11,7 +11,7 @@ import type { MarkResult } from '../loadgen/messages.ts';
 
 export { sleep };
 
-export type ScenarioId = 'S1' | 'S2' | 'S3' | 'S4' | 'S5' | 'S6' | 'S7';
+export type ScenarioId = 'S1' | 'S2' | 'S3' | 'S4' | 'S5' | 'S6' | 'S7' | 'S8';
 
 /** Which resource ran out first (see README: "bound"). */
 export type Bound = 'server' | 'client' | 'machine' | 'none';
@@ -70,7 +70,8 @@ export interface Snapshot {
   marks: MarkResult[];
 }
 
-export async function snapshot(srv: ServerProc, pool: LoadPool): Promise<Snapshot> {
+/** `srv`: the server, or every server of a cluster (S8): anything that reads its CPU seconds. */
+export async function snapshot(srv: Pick<ServerProc, 'cpuSeconds'>, pool: LoadPool): Promise<Snapshot> {
   const t = performance.now();
   const machineBusy = machineBusySeconds();
   const serverCpu = srv.cpuSeconds();

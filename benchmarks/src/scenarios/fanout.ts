@@ -7,8 +7,9 @@
 
 import type { ConnectResult, JoinResult, MarkResult, StopResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
-import type { ServerProc, TargetSpec } from '../lib/server.ts';
-import { diff, interleave, sleep, snapshot, type RunOptions, type Sample, windowFields } from './common.ts';
+import type { Proto } from '../lib/codec.ts';
+import type { ServerProc, TargetName } from '../lib/server.ts';
+import { diff, interleave, sleep, snapshot, type RunOptions, type Sample, type ScenarioId, type Snapshot, windowFields } from './common.ts';
 
 export interface FanoutConfig {
   subscribers: number;
@@ -16,6 +17,12 @@ export interface FanoutConfig {
   window: number;
   size: number;
   warmupMs: number;
+  /**
+   * Warm up until this many events reached every subscriber as well (S8: the
+   * topic's history full, so that it is trimmed on every publish in the
+   * window), for at most WARMUP_EVENTS_MAX_MS more.
+   */
+  warmupEvents?: number;
   measureMs: number;
   /** Subscriber processes; the publisher gets one more of its own. */
   procs: number;
@@ -26,27 +33,64 @@ export const S3_DEFAULT: FanoutConfig = { subscribers: 2000, depth: 8, window: 8
 
 const TOPIC = 'bench';
 const STALL_MS = 3000;
+const WARMUP_EVENTS_MAX_MS = 20_000;
 
 export async function runFanout(opts: RunOptions, cfg: FanoutConfig): Promise<Sample[]> {
   const pool = await LoadPool.start(cfg.procs + 1, 30 * 60_000);
   try {
-    return await interleave(opts, [{ scenario: 'S3', variant: `${cfg.size}B` }], async (srv, spec, repeat) => [await fanoutOnce(pool, srv, spec, repeat, cfg)]);
+    return await interleave(opts, [{ scenario: 'S3', variant: `${cfg.size}B` }], async (srv, spec, repeat) => [
+      (await fanoutOnce(pool, oneNode(srv), cfg, { scenario: 'S3', variant: `${cfg.size}B`, target: spec.name, repeat, threads: spec.threads })).sample,
+    ]);
   } finally {
     await pool.close();
   }
 }
 
-async function fanoutOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, repeat: number, cfg: FanoutConfig): Promise<Sample> {
+/** The servers a fan-out run talks to: one (S3) or several nodes of a cluster (S8). */
+export interface FanoutNodes {
+  readonly proto: Proto;
+  /** The port load-generator process `proc` connects to (0: the publisher). */
+  portOf(proc: number): number;
+  /** CPU seconds of every server process so far (all their threads). */
+  cpuSeconds(): number;
+  /** Read at both edges of the window, right after the CPU and the marks (S8: Redis CPU and command counters). */
+  probe?: () => Promise<Record<string, number>>;
+}
+
+export function oneNode(srv: ServerProc): FanoutNodes {
+  return { proto: srv.spec.proto, portOf: () => srv.port, cpuSeconds: () => srv.cpuSeconds() };
+}
+
+/** What a fan-out sample is filed under; `threads` is how many cores the servers can use (for `bound`). */
+export interface FanoutKey {
+  scenario: ScenarioId;
+  variant: string;
+  target: TargetName;
+  repeat: number;
+  threads: number;
+}
+
+export interface FanoutRun {
+  sample: Sample;
+  /** The window's edges, for whatever else a scenario reads from them (S8: latency per node). */
+  a: Snapshot;
+  b: Snapshot;
+  /** `nodes.probe` at the window's edges (empty without a probe). */
+  probeA: Record<string, number>;
+  probeB: Record<string, number>;
+}
+
+export async function fanoutOnce(pool: LoadPool, nodes: FanoutNodes, cfg: FanoutConfig, key: FanoutKey): Promise<FanoutRun> {
   const publisher = pool.procs[0]!;
   const subProcs = pool.procs.slice(1);
   const counts = split(cfg.subscribers, subProcs.length);
   const fulls = subProcs.map(() => -1);
   let globalFull = -1;
   let lastProgressAt = performance.now();
+  const edge = async (): Promise<[Snapshot, Record<string, number>]> => [await snapshot(nodes, pool), (await nodes.probe?.()) ?? {}];
   try {
-    const target = { host: '127.0.0.1', port: srv.port, proto: spec.proto };
     const conn = await pool.all<ConnectResult>((p) => ({
-      op: 'connect', target,
+      op: 'connect', target: { host: '127.0.0.1', port: nodes.portOf(p.index), proto: nodes.proto },
       count: p.index === 0 ? 1 : counts[p.index - 1]!,
       idBase: p.index === 0 ? 0 : 1 + counts.slice(0, p.index - 1).reduce((a, b) => a + b, 0),
       sources: ['127.0.0.1', '127.0.0.2'], concurrency: 200, timeoutMs: 20_000,
@@ -87,10 +131,12 @@ async function fanoutOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, rep
       }
     };
     await stalled(cfg.warmupMs);
-    const a = await snapshot(srv, pool);
+    const warmupEnd = performance.now() + WARMUP_EVENTS_MAX_MS;
+    while (globalFull + 1 < (cfg.warmupEvents ?? 0) && performance.now() < warmupEnd) await stalled(100);
+    const [a, probeA] = await edge();
     const seqA = globalFull;
     await stalled(cfg.measureMs);
-    const b = await snapshot(srv, pool);
+    const [b, probeB] = await edge();
     const seqB = globalFull;
     const stops = await pool.all<StopResult>(() => ({ op: 'stop', timeoutMs: 5_000 }), 10_000);
     const subs = diff(a, b, (i) => i > 0);
@@ -102,18 +148,19 @@ async function fanoutOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, rep
     if (pub.delta.replyErrors > 0) problems.push(`${pub.delta.replyErrors} error replies to the publisher`);
     if (subs.delta.closed + pub.delta.closed > 0) problems.push(`sockets closed: ${JSON.stringify(subs.closeReasons)}`);
     if (count === 0) problems.push('no deliveries in the window');
-    return {
-      scenario: 'S3',
-      variant: `${cfg.size}B`,
-      target: spec.name,
-      repeat,
-      ...windowFields(subs, count, spec.threads, problems),
+    const sample: Sample = {
+      scenario: key.scenario,
+      variant: key.variant,
+      target: key.target,
+      repeat: key.repeat,
+      ...windowFields(subs, count, key.threads, problems),
       extra: {
         subscribers: cfg.subscribers, depth: cfg.depth, window: cfg.window, payloadBytes: cfg.size,
-        publishes: pub.delta.publishes, publishAcks: pub.delta.replies, fullyDeliveredSeqs: seqB - seqA,
+        publishes: pub.delta.publishes, publishAcks: pub.delta.replies, fullyDeliveredSeqs: seqB - seqA, eventsBeforeWindow: seqA + 1,
         outstandingAtStop: stops.reduce((x, s) => x + s.outstanding, 0), ephemeral: cfg.ephemeral,
       },
     };
+    return { sample, a, b, probeA, probeB };
   } finally {
     for (const p of subProcs) p.progress = null;
     await pool.all(() => ({ op: 'reset' }));

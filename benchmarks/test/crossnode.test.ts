@@ -1,0 +1,41 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { redisCalls, S8_DEFAULT, variantsOf } from '../src/scenarios/crossnode.ts';
+import { S3_DEFAULT } from '../src/scenarios/fanout.ts';
+import { rows, ratios } from '../src/report/summary.ts';
+import { rowsTables } from '../src/report/render.ts';
+import type { Sample } from '../src/scenarios/common.ts';
+
+test('redisCalls reads INFO commandstats per command, leaving out INFO itself', () => {
+  const text = [
+    '# Commandstats',
+    'cmdstat_evalsha:calls=824,usec=70000,usec_per_call=84.95,rejected_calls=0,failed_calls=0',
+    'cmdstat_xadd:calls=824,usec=5000,usec_per_call=6.07,rejected_calls=0,failed_calls=0',
+    'cmdstat_info:calls=7,usec=300,usec_per_call=42.86,rejected_calls=0,failed_calls=0',
+    'cmdstat_client|setinfo:calls=4,usec=3,usec_per_call=0.75,rejected_calls=0,failed_calls=0',
+  ].join('\r\n');
+  assert.deepEqual(redisCalls(text), { evalsha: 824, xadd: 824, 'client|setinfo': 4 });
+});
+
+test('S8 runs S3 with two nodes; its variants name the node count', () => {
+  assert.deepEqual(S8_DEFAULT, { ...S3_DEFAULT, warmupEvents: 1001, nodes: 2 });
+  assert.deepEqual(variantsOf({ ...S8_DEFAULT, nodes: 3 }), { embedded: '1 node, embedded', redisOne: '1 node on Redis', cluster: '3 nodes on Redis' });
+});
+
+test('S8 rows render against the single node, and S8 has no Sluice/peer ratio', () => {
+  const base: Sample = {
+    scenario: 'S8', variant: '1 node, embedded', target: 'sluice', repeat: 0, ok: true, count: 3_000_000, wallS: 3, serverCpuS: 2,
+    clientCpuS: [0.1, 1, 1], serverUtil: 0.67, clientUtilMax: 0.33, otherUtil: 0, bound: 'none', perSec: 1e6, perServerCpuS: 1.5e6,
+    latency: { count: 100, p50Us: 10_000, p99Us: 20_000, p999Us: 30_000, maxUs: 40_000 }, extra: {},
+  };
+  const two: Sample = {
+    ...base, variant: '2 nodes on Redis', perServerCpuS: 1.2e6, latency: { ...base.latency!, p99Us: 25_000 },
+    extra: { redisUtil: 0.05, perTotalCpuS: 1.1e6, perServerCpuVsOneNode: 0.8, perTotalCpuVsOneNode: 0.73, redisCommandsPerEvent: 1,
+      redisCallsPerEvent: 8, redisCpuUsPerEvent: 150, node0P99Us: 24_000, otherNodesP99Us: 25_000, p99AddedUs: 5000 },
+  };
+  const table = rowsTables(rows([base, two]));
+  assert.match(table, /### S8 cross-node fan-out/);
+  assert.match(table, /\| 2 nodes on Redis \| Sluice \(2 workers\) \| 1\.00M \| 67% \| 5% \| 1\.20M \| 0\.80x \| 1\.10M \| 0\.73x \| 1\.000 \| 8\.0 \| 150us \| 10ms \| 25ms \| 24ms \/ 25ms \| \+5\.0ms \|/);
+  assert.match(table, /\| 1 node, embedded \| Sluice \(2 workers\) \| 1\.00M \| 67% \| - \| 1\.50M \| - \| - \| - \|/);
+  assert.deepEqual(ratios([base, two]), []);
+});

@@ -1,8 +1,9 @@
 /**
  * Per-tenant publish and per-IP upgrade windows, as a shard applies them.
- * Each window is a LocalLimiter: `hit` decides on the spot from the shard's
- * allowance; the accepted hits are settled in batches with the cluster's
- * store (Redis) on a short timer. When Redis is not configured, or does not
+ * The tenant window is a LocalLimiter: `hit` decides on the spot from the
+ * shard's allowance; the accepted hits are settled in batches with the
+ * cluster's store (Redis) on a short timer. The IP window is checked with
+ * the store on each upgrade. When Redis is not configured, or does not
  * answer, the batches go to the node's memory store in the coordinator
  * instead (one per node, shared by its shards): limits then hold per node.
  * The switch is logged once per outage and counted.
@@ -21,17 +22,19 @@ export interface LimitStats {
   fallbacks: number;
 }
 
+/** How often due settles are looked for: a fraction of the limiter's gap between settles. */
+const TICK_MS = 5;
+
 class Window {
   readonly limiter: LocalLimiter;
   private busy = false;
 
   constructor(
-    readonly name: 'tenant' | 'ip',
     limit: number,
     windowMs: number,
     private readonly owner: Limits,
   ) {
-    this.limiter = new LocalLimiter({ limit, windowMs });
+    this.limiter = new LocalLimiter({ limit, windowMs, settleMs: 25, minGapMs: 10 });
   }
 
   tick(now: number): void {
@@ -54,7 +57,8 @@ class Window {
 
 export class Limits {
   private readonly tenant: Window;
-  private readonly ip: Window;
+  private readonly ipLimit: number;
+  private readonly ipWindowMs: number;
   private readonly redis: WindowStore | undefined;
   private redisFailing = false;
   private timer: NodeJS.Timeout | undefined;
@@ -66,19 +70,15 @@ export class Limits {
     private readonly local: LocalSettle,
     private readonly log: Logger,
   ) {
-    this.tenant = new Window('tenant', cfg.tenantMsgLimit, cfg.tenantWindowMs, this);
-    this.ip = new Window('ip', cfg.ipConnectLimit, cfg.ipWindowMs, this);
+    this.tenant = new Window(cfg.tenantMsgLimit, cfg.tenantWindowMs, this);
+    this.ipLimit = cfg.ipConnectLimit;
+    this.ipWindowMs = cfg.ipWindowMs;
     this.redis = client === undefined ? undefined : new RedisWindowStore(client);
   }
 
   /** Settles due batches every few ms; cheap when nothing is pending. */
   start(): void {
-    const every = Math.max(1, Math.min(this.tenant.limiter.settleMs, this.ip.limiter.settleMs) / 2);
-    this.timer = setInterval(() => {
-      const now = Date.now();
-      this.tenant.tick(now);
-      this.ip.tick(now);
-    }, every);
+    this.timer = setInterval(() => this.tenant.tick(Date.now()), TICK_MS);
     this.timer.unref();
   }
 
@@ -88,12 +88,19 @@ export class Limits {
 
   /** A publish by `tenant`: 0 when it may go on, else the ms to tell the client to wait. */
   publish(tenant: string, now: number): number {
-    return this.tenant.limiter.hit(tenant, now);
+    return this.tenant.limiter.hit(`t:${tenant}`, now);
   }
 
-  /** An upgrade attempt from `ip`: 0 when it may go on, else the ms to wait. */
-  connect(ip: string, now: number): number {
-    return this.ip.limiter.hit(ip, now);
+  /**
+   * An upgrade attempt from `ip`: 0 when it may go on, else the ms to wait.
+   * Upgrades are rare next to frames, and a per-IP limit is small (60 a
+   * minute), too small to split into per-shard allowances without losing
+   * its precision: each attempt is one call to the store, exact. Every
+   * attempt counts, refused ones too.
+   */
+  async connect(ip: string, now: number): Promise<number> {
+    const [state] = await this.settle([{ key: `ip:${ip}`, hits: 1 }], this.ipLimit, this.ipWindowMs, now);
+    return state!.count <= this.ipLimit ? 0 : Math.max(1, state!.retryAfterMs);
   }
 
   /** Redis commands the limits sent (a Redis store counts its own). */

@@ -324,47 +324,57 @@ class Shard {
       this.refuse(res, 'bad_request', '400 Bad Request');
       return;
     }
-    const ip = clientAddress(Buffer.from(res.getRemoteAddressAsText()).toString(), forwardedFor, cfg.trustProxy);
-    const wait = this.limits.connect(ip, Date.now());
-    if (wait !== 0) {
-      this.m.upgrades.ip_rate_limited++;
-      res.cork(() => {
-        res.writeStatus('429 Too Many Requests')
-          .writeHeader('retry-after', String(Math.max(1, Math.ceil(wait / 1000))))
-          .writeHeader('content-type', 'application/json')
-          .end(`{"reason":"ip_rate_limited","retryAfterMs":${wait}}`, true);
-      });
-      return;
-    }
     const origin = req.getHeader('origin');
     if (this.origins !== undefined && origin !== '' && !originAllowed(this.origins, origin)) {
       this.refuse(res, 'forbidden_origin', '403 Forbidden');
       return;
     }
+    const ip = clientAddress(Buffer.from(res.getRemoteAddressAsText()).toString(), forwardedFor, cfg.trustProxy);
     const offered = req.getHeader('sec-websocket-protocol');
     const extensions = req.getHeader('sec-websocket-extensions');
     const protocol = offered.split(',').some((p) => p.trim() === PROTOCOL_VERSION) ? PROTOCOL_VERSION : '';
-    if (this.verifier === null) {
-      this.accept(res, context, key, protocol, extensions, ip, ANONYMOUS);
-      return;
-    }
-    const token = tokenFrom({ authorization: req.getHeader('authorization'), protocols: offered, query });
-    if (token === undefined) {
-      this.refuse(res, 'unauthorized', '401 Unauthorized', undefined, undefined, 'no token');
-      return;
-    }
-    // The async upgrade: the response must have an abort handler while the
-    // token is checked, and everything written afterwards goes in one cork.
+    const token = this.verifier === null ? undefined
+      : tokenFrom({ authorization: req.getHeader('authorization'), protocols: offered, query });
+    // The async part of the upgrade: the IP window (one call to the window
+    // store) and the token. uWS requires an abort handler meanwhile, and
+    // everything written afterwards goes in one cork.
     let aborted = false;
     res.onAborted(() => {
       aborted = true;
       this.m.upgrades.aborted++;
     });
-    void this.verifier.verify(token, Date.now()).then((v) => {
+    void this.admit(ip, token).then((who) => {
       if (aborted) return;
-      if (!v.ok) this.refuse(res, 'unauthorized', '401 Unauthorized', undefined, undefined, v.why);
+      if (typeof who === 'number') this.refuseIp(res, who);
+      else if (typeof who === 'string') this.refuse(res, 'unauthorized', '401 Unauthorized', undefined, undefined, who);
       else if (this.unavailable()) this.refuseUnavailable(res);
-      else this.accept(res, context, key, protocol, extensions, ip, v.identity);
+      else this.accept(res, context, key, protocol, extensions, ip, who);
+    }, (err: unknown) => {
+      this.log.warn({ err }, 'upgrade check failed');
+      if (!aborted) this.refuseUnavailable(res);
+    });
+  }
+
+  /**
+   * Who may come in: the identity, or the ms to wait (IP window full), or
+   * why the token was refused. Every attempt counts toward the IP window.
+   */
+  private async admit(ip: string, token: string | undefined): Promise<Identity | number | string> {
+    const wait = await this.limits.connect(ip, Date.now());
+    if (wait !== 0) return wait;
+    if (this.verifier === null) return ANONYMOUS;
+    if (token === undefined) return 'no token';
+    const v = await this.verifier.verify(token, Date.now());
+    return v.ok ? v.identity : v.why;
+  }
+
+  private refuseIp(res: HttpResponse, waitMs: number): void {
+    this.m.upgrades.ip_rate_limited++;
+    res.cork(() => {
+      res.writeStatus('429 Too Many Requests')
+        .writeHeader('retry-after', String(Math.max(1, Math.ceil(waitMs / 1000))))
+        .writeHeader('content-type', 'application/json')
+        .end(`{"reason":"ip_rate_limited","retryAfterMs":${waitMs}}`, true);
     });
   }
 

@@ -76,6 +76,7 @@ describe('tenant publish window, two nodes on Redis', () => {
   });
 
   test('per-IP upgrades: the window is shared by both nodes, refusals are 429 with Retry-After', async () => {
+    await redis.cli('FLUSHALL'); // the upgrades of the test before counted in the same window
     const gws = await Promise.all([0, 1].map(() => startGateway({ REDIS_URL: redis.url, WS_IP_CONNECT_LIMIT: '6', WS_IP_WINDOW_MS: '60000' })));
     for (const gw of gws) await eventually(async () => (await fetch(gw.admin('/health/ready'))).status === 200);
     const opened: Client[] = [];
@@ -88,21 +89,20 @@ describe('tenant publish window, two nodes on Redis', () => {
         const r = await rawUpgrade(gw.port).catch((e: unknown) => ({ status: 0, headers: {} as Record<string, string>, body: String(e) }));
         refused.push({ status: r.status, retryAfter: r.headers['retry-after'], body: r.body });
       }
-      // Time for a settle between attempts: the local allowance is refreshed from Redis.
-      await new Promise((r) => setTimeout(r, 100));
     }
-    // The shards' allowances are at least 1 while the window has room, so the
-    // window may be passed by at most one attempt per other shard (3 here).
-    assert.ok(opened.length >= 6 && opened.length <= 6 + 3, `${opened.length} upgrades got through a limit of 6`);
-    assert.ok(refused.length >= 16 - 9);
+    // Each upgrade asks the store: the window is exact across both nodes.
+    assert.equal(opened.length, 6);
+    assert.equal(refused.length, 10);
     for (const r of refused) {
       assert.equal(r.status, 429, r.body);
       assert.match(r.retryAfter ?? '', /^\d+$/);
       const body = JSON.parse(r.body) as { reason: string; retryAfterMs: number };
       assert.equal(body.reason, 'ip_rate_limited');
-      assert.ok(body.retryAfterMs > 0 && body.retryAfterMs <= 60_000);
+      // A sliding-window counter frees room at most two windows on.
+      assert.ok(body.retryAfterMs > 0 && body.retryAfterMs <= 120_000, `retryAfterMs ${body.retryAfterMs}`);
+      assert.equal(Number(r.retryAfter), Math.max(1, Math.ceil(body.retryAfterMs / 1000)));
     }
-    assert.ok((await sum(gws, 'sluice_upgrades_total', '{outcome="ip_rate_limited"}')) >= refused.length);
+    assert.ok((await sum(gws, 'sluice_upgrades_total', '{outcome="ip_rate_limited"}')) >= refused.length, 'refusals are counted');
     for (const c of opened) c.close();
     for (const gw of gws) assert.equal(await gw.stop(), 0);
   });
@@ -120,7 +120,7 @@ describe('limits without Redis', () => {
       else limited++;
       if (i % 10 === 9) await new Promise((res) => setTimeout(res, 60)); // let the shard settle
     }
-    assert.ok(ok >= 50 && ok <= 55, `${ok} accepted of a limit of 50`);
+    assert.ok(ok >= 45 && ok <= 55, `${ok} accepted of a limit of 50 (the documented accuracy is 10%)`);
     assert.equal(ok + limited, 120);
     assert.ok((await metricValue(gw, 'sluice_limiter_settles_total', '{store="local"}')) > 0);
     assert.equal(await metricValue(gw, 'sluice_limiter_redis_commands_total'), 0);

@@ -92,16 +92,36 @@ export class Limits {
   }
 
   /**
-   * An upgrade attempt from `ip`: 0 when it may go on, else the ms to wait.
-   * Upgrades are rare next to frames, and a per-IP limit is small (60 a
-   * minute), too small to split into per-shard allowances without losing
-   * its precision: each attempt is one call to the store, exact. Every
-   * attempt counts, refused ones too.
+   * An upgrade attempt from `ip`: resolves 0 when it may go on, else the ms
+   * to wait. Upgrades are rare next to frames, and a per-IP limit is small
+   * (60 a minute), too small to split into per-shard allowances without
+   * losing its precision: every attempt is counted by the store itself,
+   * refused ones too, exactly. The attempts of one turn of the event loop go
+   * to the store together: one message (or one Redis pipeline) for a burst
+   * of upgrades.
    */
-  async connect(ip: string, now: number): Promise<number> {
-    const [state] = await this.settle([{ key: `ip:${ip}`, hits: 1 }], this.ipLimit, this.ipWindowMs, now);
-    return state!.count <= this.ipLimit ? 0 : Math.max(1, state!.retryAfterMs);
+  connect(ip: string): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.ipQueue.push({ key: `ip:${ip}`, resolve, reject });
+      if (this.ipQueue.length === 1) setImmediate(this.flushIp);
+    });
   }
+
+  private ipQueue: { readonly key: string; readonly resolve: (ms: number) => void; readonly reject: (err: unknown) => void }[] = [];
+
+  private readonly flushIp = (): void => {
+    const queue = this.ipQueue;
+    this.ipQueue = [];
+    const limit = this.ipLimit;
+    this.settle(queue.map((q) => ({ key: q.key, hits: 1 })), limit, this.ipWindowMs, Date.now()).then((states) => {
+      for (let i = 0; i < queue.length; i++) {
+        const st = states[i]!;
+        queue[i]!.resolve(st.count <= limit ? 0 : Math.max(1, st.retryAfterMs));
+      }
+    }, (err: unknown) => {
+      for (const q of queue) q.reject(err);
+    });
+  };
 
   /** Redis commands the limits sent (a Redis store counts its own). */
   get redisCommands(): number {

@@ -360,7 +360,7 @@ class Shard {
    * why the token was refused. Every attempt counts toward the IP window.
    */
   private async admit(ip: string, token: string | undefined): Promise<Identity | number | string> {
-    const wait = await this.limits.connect(ip, Date.now());
+    const wait = await this.limits.connect(ip);
     if (wait !== 0) return wait;
     if (this.verifier === null) return ANONYMOUS;
     if (token === undefined) return 'no token';

@@ -3,7 +3,7 @@ import {
   compareEventIds, type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, topicKey,
 } from '@sluice/core';
 import { encodeEventFrame, EventClass, parseEventId } from '@sluice/protocol';
-import { type BusMessage, createRedisClient, RedisBus, type RedisClient } from '@sluice/redis';
+import { type BusMessage, createRedisClient, nodeOptions, RedisBus, type RedisClient, ShardedSubscriptions } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 import type { MeshBroker } from './mesh-broker.ts';
 import type { BrokerStats, ShardBroker } from './shard-broker.ts';
@@ -28,7 +28,8 @@ const ID_MARK = '\x00';
  */
 export class RedisBroker implements ShardBroker {
   private readonly cmd: RedisClient;
-  private readonly sub: RedisClient;
+  /** Standalone: the subscriber connection. Cluster: one connection per master that holds a subscribed channel. */
+  private readonly sub: RedisClient | ShardedSubscriptions;
   private readonly bus: RedisBus;
   private deliver: (d: Delivery) => void = () => {};
   /** Per subscribed topic, the last durable id delivered: repeats are dropped, gaps after a reconnect are filled. */
@@ -46,7 +47,9 @@ export class RedisBroker implements ShardBroker {
   ) {
     const target = { url: cfg.redisUrl!, cluster: cfg.redisCluster };
     this.cmd = createRedisClient(target, 'command', `shard${shard}`);
-    this.sub = createRedisClient(target, 'subscriber', `shard${shard}`);
+    this.sub = cfg.redisCluster
+      ? new ShardedSubscriptions(this.cmd, nodeOptions(target, `sluice-shard${shard}-subscriber`))
+      : createRedisClient(target, 'subscriber', `shard${shard}`);
     this.bus = new RedisBus(this.cmd, this.sub, {
       cluster: cfg.redisCluster, historySize: cfg.historySize, historyTtlMs: cfg.historyTtlMs, idempotencyTtlMs: cfg.idempotencyTtlMs,
     });
@@ -71,19 +74,26 @@ export class RedisBroker implements ShardBroker {
     };
     this.bus.onMessage((m) => this.fromBus(m));
     mesh.onDelivery((d) => this.deliver(d));
-    for (const c of [this.cmd, this.sub]) {
-      c.on('error', () => {
-        // Connection errors surface as 'close' and failed commands; the coordinator logs Redis state changes once.
-      });
+    this.cmd.on('error', () => {
+      // Connection errors surface as 'close' and failed commands; the coordinator logs Redis state changes once.
+    });
+    // Every (re)connection of a subscriber connection restores the wanted
+    // topics, including those joined while it was away, and reads what the
+    // streams stored meanwhile.
+    if (this.sub instanceof ShardedSubscriptions) {
+      this.sub.onReady(() => this.resume());
+      // Subscriptions that failed before the Cluster's slot map was known.
+      this.cmd.on('ready', () => this.resume());
+    } else {
+      this.sub.on('error', () => {});
+      this.sub.on('ready', () => this.resume());
     }
-    // Every (re)connection of the subscriber restores the wanted topics,
-    // including those joined while it was away.
-    this.sub.on('ready', () => this.resume());
   }
 
   /** Resolves once both connections are up, or after `ms` (the shard then starts degraded, as during an outage). */
   connected(ms: number): Promise<void> {
-    const both = Promise.all([this.cmd, this.sub].map((c) => (c.status === 'ready' ? undefined
+    const clients = this.sub instanceof ShardedSubscriptions ? [this.cmd] : [this.cmd, this.sub];
+    const both = Promise.all(clients.map((c) => (c.status === 'ready' ? undefined
       : new Promise<void>((resolve) => c.once('ready', () => resolve())))));
     return Promise.race([both.then(() => undefined), new Promise<void>((resolve) => setTimeout(resolve, ms).unref())]);
   }
@@ -147,17 +157,19 @@ export class RedisBroker implements ShardBroker {
 
   async subscribe(topic: string): Promise<void> {
     await this.mesh.subscribe(topic);
+    // Where a catch-up would start if the subscription lapses before the
+    // first event: Redis's clock (stream ids come from it), or this node's
+    // when Redis does not answer.
+    if (!this.lastIds.has(topic)) this.lastIds.set(topic, `${await this.bus.now().catch(() => Date.now())}-0`);
     try {
       await this.bus.subscribe(topic);
-      return;
     } catch (err) {
+      // Still wanted: subscribed again when Redis is back, and the durable
+      // events stored from the join on are read then. Until then only the
+      // mesh (this node's keyed and ephemeral events) reaches the topic.
       this.counts.errors++;
       if (this.log.isLevelEnabled('debug')) this.log.debug({ err, topic }, 'redis subscribe failed; kept for when it is back');
     }
-    // Still wanted: subscribed again when Redis is back, and the durable
-    // events stored from now on are read then. Until then only the mesh
-    // (this node's keyed and ephemeral events) reaches the topic.
-    if (!this.lastIds.has(topic)) this.lastIds.set(topic, `${Date.now()}-0`);
   }
 
   unsubscribe(topic: string): void {
@@ -224,6 +236,7 @@ export class RedisBroker implements ShardBroker {
    */
   private resume(): void {
     const topics = [...this.bus.topics];
+    if (topics.length === 0) return;
     for (const t of topics) if (this.lastIds.has(t)) this.catching.set(t, []);
     this.bus.resubscribe().then(
       () => {

@@ -15,6 +15,7 @@
  *   again whenever the subscriber connection comes back.
  */
 import type { Cluster, Redis } from 'ioredis';
+import { ShardedSubscriptions } from './sharded.ts';
 import { compareEventIds, type EventId, type HistoryRead, type StoredEvent } from '@sluice/core';
 import { parseEventId } from '@sluice/protocol';
 
@@ -108,6 +109,9 @@ interface ScriptedClient {
   sluiceRead(stream: string, floor: string, ...argv: (string | number)[]): Promise<unknown[]>;
 }
 
+/** Where subscriptions go: a standalone subscriber connection, or per-master connections with Cluster. */
+export type Subscriptions = RedisClient | ShardedSubscriptions;
+
 export class RedisBus {
   private readonly wanted = new Set<string>();
   private handler: (m: BusMessage) => void = () => {};
@@ -117,22 +121,20 @@ export class RedisBus {
 
   constructor(
     private readonly cmd: RedisClient,
-    private readonly sub: RedisClient,
+    private readonly sub: Subscriptions,
     private readonly opts: RedisBusOptions,
   ) {
     // Tombstone: a topic's floor and last id outlive its events by an hour
     // (or a TTL), as in memory, so that a client whose `since` is the last id
     // still recovers after the events expired.
     this.keepMs = opts.historyTtlMs + Math.max(opts.historyTtlMs, 3_600_000);
-    for (const c of [cmd, sub]) {
-      c.defineCommand('sluicePublish', { numberOfKeys: 3, lua: PUBLISH_LUA });
-      c.defineCommand('sluiceRead', { numberOfKeys: 2, lua: READ_LUA });
-    }
+    cmd.defineCommand('sluicePublish', { numberOfKeys: 3, lua: PUBLISH_LUA });
+    cmd.defineCommand('sluiceRead', { numberOfKeys: 2, lua: READ_LUA });
     const onMessage = (channel: string, payload: string): void => {
       const m = decodeMessage(channel, payload);
       if (m !== undefined) this.handler(m);
     };
-    if (opts.cluster) sub.on('smessage', onMessage);
+    if (sub instanceof ShardedSubscriptions) sub.onMessage(onMessage);
     else sub.on('message', onMessage);
   }
 
@@ -165,17 +167,26 @@ export class RedisBus {
   async subscribe(topic: string): Promise<void> {
     this.wanted.add(topic);
     this.commands++;
-    if (this.opts.cluster) await this.sub.ssubscribe(channelOf(topic));
-    else await this.sub.subscribe(channelOf(topic));
+    await this.sub.subscribe(channelOf(topic));
   }
 
   unsubscribe(topic: string): void {
     if (!this.wanted.delete(topic)) return;
     this.commands++;
-    const done = this.opts.cluster ? this.sub.sunsubscribe(channelOf(topic)) : this.sub.unsubscribe(channelOf(topic));
-    done.catch(() => {
+    if (this.sub instanceof ShardedSubscriptions) {
+      this.sub.unsubscribe(channelOf(topic));
+      return;
+    }
+    this.sub.unsubscribe(channelOf(topic)).catch(() => {
       // Disconnected: the subscription went with the connection.
     });
+  }
+
+  /** Redis's clock, in ms: stream ids are made from it. */
+  async now(): Promise<number> {
+    this.commands++;
+    const [s, us] = await this.cmd.time();
+    return Number(s) * 1000 + Math.floor(Number(us) / 1000);
   }
 
   /** Every wanted topic, to subscribe again after the subscriber connection came back. */
@@ -188,12 +199,8 @@ export class RedisBus {
     if (this.wanted.size === 0) return;
     const channels = [...this.wanted].map(channelOf);
     this.commands++;
-    if (this.opts.cluster) {
-      // Sharded channels are confirmed per slot.
-      await Promise.all(channels.map((c) => (this.sub as Cluster).ssubscribe(c)));
-    } else {
-      await this.sub.subscribe(...channels);
-    }
+    if (this.sub instanceof ShardedSubscriptions) await this.sub.resubscribe(channels);
+    else await this.sub.subscribe(...channels);
   }
 
   /** The stored events after `since`, and whether nothing after it was trimmed. */

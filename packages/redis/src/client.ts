@@ -28,25 +28,33 @@ const base: RedisOptions = {
   lazyConnect: false,
 };
 
-/** A command or subscriber client for the target. */
+/**
+ * The options of one connection to a Cluster node: credentials and TLS from
+ * the first URL of the list (every node of a Cluster shares them).
+ */
+export function nodeOptions(target: RedisTarget, connectionName: string): RedisOptions {
+  const first = new URL(target.url.split(',')[0]!);
+  return {
+    ...base,
+    connectionName,
+    ...(first.username === '' ? {} : { username: decodeURIComponent(first.username) }),
+    ...(first.password === '' ? {} : { password: decodeURIComponent(first.password) }),
+    ...(first.protocol === 'rediss:' ? { tls: {} } : {}),
+  };
+}
+
+/** A command client, or with a standalone Redis a subscriber client (Cluster subscriptions: ShardedSubscriptions). */
 export function createRedisClient(target: RedisTarget, role: 'command' | 'subscriber', name: string): RedisClient {
-  const opts: RedisOptions = { ...base, connectionName: `sluice-${name}-${role}` };
-  if (!target.cluster) return new Redis(target.url, opts);
+  const connectionName = `sluice-${name}-${role}`;
+  if (!target.cluster) return new Redis(target.url, { ...base, connectionName });
   const nodes = target.url.split(',').map((u) => {
     const p = new URL(u);
     return { host: p.hostname, port: Number(p.port || 6379) };
   });
-  const first = new URL(target.url.split(',')[0]!);
   return new Cluster(nodes, {
     enableOfflineQueue: false,
     enableAutoPipelining: true,
     clusterRetryStrategy: base.retryStrategy!,
-    redisOptions: {
-      ...opts,
-      ...(first.username === '' ? {} : { username: decodeURIComponent(first.username) }),
-      ...(first.password === '' ? {} : { password: decodeURIComponent(first.password) }),
-      ...(first.protocol === 'rediss:' ? { tls: {} } : {}),
-    },
-    ...(role === 'subscriber' ? { shardedSubscribers: true } : {}),
+    redisOptions: nodeOptions(target, connectionName),
   });
 }

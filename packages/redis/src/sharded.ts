@@ -1,0 +1,115 @@
+/**
+ * Sharded pub/sub subscriptions for Redis Cluster, one plain connection per
+ * master that owns a subscribed channel's slot. (ioredis's own sharded
+ * subscribers replace their connections at start and on topology changes,
+ * and a subscription could lapse meanwhile without a sign; the contract
+ * tests caught it.) Each connection's channels are subscribed again when it
+ * reconnects, and `onReady` fires so that the caller can read what it may
+ * have missed.
+ */
+/// <reference path="./cluster-key-slot.d.ts" />
+import calculateSlot from 'cluster-key-slot';
+import { type Cluster, Redis, type RedisOptions } from 'ioredis';
+import type { RedisClient } from './bus.ts';
+
+export class ShardedSubscriptions {
+  private readonly conns = new Map<string, Redis>();
+  /** Channel to the node key whose connection holds it. */
+  private readonly where = new Map<string, string>();
+  private message: (channel: string, payload: string) => void = () => {};
+  private ready: () => void = () => {};
+
+  private readonly cluster: Cluster;
+
+  constructor(cluster: RedisClient, private readonly options: RedisOptions) {
+    this.cluster = cluster as Cluster;
+  }
+
+  onMessage(cb: (channel: string, payload: string) => void): void {
+    this.message = cb;
+  }
+
+  /** Called when a connection came back (not the first time it connects). */
+  onReady(cb: () => void): void {
+    this.ready = cb;
+  }
+
+  async subscribe(channel: string): Promise<void> {
+    const node = this.nodeOf(channel);
+    this.where.set(channel, node);
+    const conn = this.conn(node);
+    if (conn.status !== 'ready') await readyWithin(conn, this.options.connectTimeout ?? 2000);
+    await conn.ssubscribe(channel);
+  }
+
+  unsubscribe(channel: string): void {
+    const node = this.where.get(channel);
+    this.where.delete(channel);
+    if (node === undefined) return;
+    this.conns.get(node)?.sunsubscribe(channel).catch(() => {
+      // Disconnected: the subscription went with the connection.
+    });
+  }
+
+  /** Subscribes every channel again, each at the master that owns its slot now. */
+  async resubscribe(channels: readonly string[]): Promise<void> {
+    await Promise.all(channels.map((c) => this.subscribe(c)));
+  }
+
+  /** Whether every connection that holds a channel is up. */
+  get up(): boolean {
+    for (const c of this.conns.values()) if (c.status !== 'ready') return false;
+    return true;
+  }
+
+  disconnect(): void {
+    for (const c of this.conns.values()) c.disconnect();
+    this.conns.clear();
+  }
+
+  private nodeOf(channel: string): string {
+    const node = this.cluster.slots[calculateSlot(channel)]?.[0];
+    if (node === undefined) throw new Error(`no master known for the slot of ${channel}`);
+    return node;
+  }
+
+  private conn(node: string): Redis {
+    let c = this.conns.get(node);
+    if (c !== undefined) return c;
+    const at = node.lastIndexOf(':');
+    c = new Redis({ ...this.options, host: node.slice(0, at), port: Number(node.slice(at + 1)), lazyConnect: false });
+    const conn = c;
+    let connected = false;
+    conn.on('smessage', (channel: string, payload: string) => this.message(channel, payload));
+    conn.on('error', () => {
+      // Reported by failed commands and the coordinator's state log.
+    });
+    conn.on('ready', () => {
+      if (!connected) {
+        connected = true;
+        return;
+      }
+      // Back after a drop: its channels first, then the caller's catch-up.
+      const mine = [...this.where].filter(([, n]) => n === node).map(([ch]) => ch);
+      const again = mine.length === 0 ? Promise.resolve() : conn.ssubscribe(...mine).then(() => undefined);
+      again.then(() => this.ready(), () => this.ready());
+    });
+    this.conns.set(node, conn);
+    return conn;
+  }
+}
+
+/** Resolves when `conn` is ready, rejects after `ms` (it keeps reconnecting; `onReady` reports it later). */
+function readyWithin(conn: Redis, ms: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      conn.off('ready', done);
+      reject(new Error(`redis node ${conn.options.host ?? ''}:${conn.options.port ?? ''} not ready in ${ms} ms`));
+    }, ms);
+    conn.once('ready', done);
+  });
+}

@@ -510,7 +510,7 @@ export function loadConfig(
     if (values.redisCluster === true && values.redisUrl === undefined) {
       problems.push({ name: 'REDIS_URL', value: '', accepts: 'the seed nodes of the Redis Cluster (REDIS_CLUSTER=1 is set)' });
     } else if (values.redisCluster !== true && typeof values.redisUrl === 'string' && values.redisUrl.includes(',')) {
-      problems.push({ name: 'REDIS_URL', value: values.redisUrl, accepts: 'one URL unless REDIS_CLUSTER=1' });
+      problems.push({ name: 'REDIS_URL', value: REDACTED, accepts: 'one URL unless REDIS_CLUSTER=1' });
     }
   }
   if (problems.length > 0) throw new ConfigError(problems);

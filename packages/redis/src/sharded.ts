@@ -7,6 +7,7 @@
  * reconnects, and `onReady` fires so that the caller can read what it may
  * have missed.
  */
+// eslint-disable-next-line @typescript-eslint/triple-slash-reference -- the package ships no types; this brings ours along wherever this file is compiled
 /// <reference path="./cluster-key-slot.d.ts" />
 import calculateSlot from 'cluster-key-slot';
 import { type Cluster, Redis, type RedisOptions } from 'ioredis';

@@ -298,9 +298,14 @@ export class Coordinator {
     ]);
   }
 
-  /** An admin publish goes to the shard that owns the topic. */
+  /**
+   * An admin publish goes to the shard that owns the topic (embedded mode);
+   * in cluster mode any shard publishes to Redis, so a restarting owner is
+   * stood in for by another.
+   */
   private publish(req: PublishRequest): Promise<PublishResult> {
-    const link = this.links.get(ownerOf(topicKey(req.tenant, req.topic), this.config.workers));
+    const owner = ownerOf(topicKey(req.tenant, req.topic), this.config.workers);
+    const link = this.links.get(owner) ?? (this.config.redisUrl === undefined ? undefined : this.links.values().next().value);
     if (link === undefined) return Promise.resolve({ ok: false, reason: 'unavailable' });
     return this.ask<PublishResult>(link, (rid) => ({ op: 'publish', rid, req }), { ok: false, reason: 'unavailable' }, 5000);
   }

@@ -156,7 +156,11 @@ export class RedisBroker implements ShardBroker {
   }
 
   async subscribe(topic: string): Promise<void> {
-    await this.mesh.subscribe(topic);
+    // The mesh only carries this node's keyed and ephemeral events while
+    // Redis is down: a mesh owner that is restarting must not fail the join.
+    await this.mesh.subscribe(topic).catch((err: unknown) => {
+      if (this.log.isLevelEnabled('debug')) this.log.debug({ err, topic }, 'mesh subscribe failed; Redis carries the topic');
+    });
     // Where a catch-up would start if the subscription lapses before the
     // first event: Redis's clock (stream ids come from it), or this node's
     // when Redis does not answer.

@@ -91,3 +91,27 @@ test('Redis down: readiness 503, durable publishes unavailable, ephemeral still 
   assert.equal(await gw.stop(), 0);
   assert.ok(!gw.stderr().includes('Unhandled'), gw.stderr());
 });
+
+test('cluster mode: while a crashed shard restarts, joins of the topics its mesh owned still work through Redis', async () => {
+  const { ownerOf, topicKey } = await import('@sluice/core');
+  const node = await startGateway({ REDIS_URL: redis.url, SLUICE_TEST_HOOKS: '1' });
+  await eventually(async () => (await fetch(node.admin('/health/ready'))).status === 200);
+  const [a, b] = await clientsOnShards(node.url(), [0, 1]);
+  const owned = (): string => {
+    for (let i = 0; ; i++) if (ownerOf(topicKey('default', `crashed:${i}`), 2) === 0) return `crashed:${i}`;
+  };
+  const topic = owned();
+  a!.send({ type: 'debug.crash' });
+  await a!.closedBy();
+  // Shard 0 is down (restarting after 250 ms): its mesh topics have no owner now.
+  const joined = await b!.request({ type: 'join', topic });
+  assert.equal(joined.status, 'ok', JSON.stringify(joined));
+  const ack = await b!.request({ type: 'publish', topic, data: 'via redis' });
+  assert.equal(ack.status, 'ok');
+  assert.equal((await b!.next((f) => f.type === 'event' && f.topic === topic)).data, 'via redis');
+  const admin = await fetch(node.admin('/v1/publish'), { method: 'POST', body: JSON.stringify({ topic, data: 'admin' }) });
+  assert.equal(admin.status, 200);
+  await b!.next((f) => f.type === 'event' && f.data === 'admin');
+  b!.close();
+  assert.equal(await node.stop(), 0);
+});

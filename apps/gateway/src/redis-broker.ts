@@ -164,7 +164,9 @@ export class RedisBroker implements ShardBroker {
     // Where a catch-up would start if the subscription lapses before the
     // first event: Redis's clock (stream ids come from it), or this node's
     // when Redis does not answer.
-    if (!this.lastIds.has(topic)) this.lastIds.set(topic, `${await this.bus.now().catch(() => Date.now())}-0`);
+    // One ms back: an event stored in the same ms as this reading gets an id
+    // `<ms>-<seq>` that must count as after it, never as already delivered.
+    if (!this.lastIds.has(topic)) this.lastIds.set(topic, `${(await this.bus.now().catch(() => Date.now())) - 1}-0`);
     try {
       await this.bus.subscribe(topic);
     } catch (err) {

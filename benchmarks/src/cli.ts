@@ -1,4 +1,4 @@
-// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|s7|s8|report> [options]`.
+// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|s7|s8|s9|report> [options]`.
 // See benchmarks/README.md for what each command runs and what the columns mean.
 
 import { execFileSync } from 'node:child_process';
@@ -16,14 +16,15 @@ import { runConnect, S45_DEFAULT, type ConnectConfig } from './scenarios/connect
 import { runSlow, S6_DEFAULT, type SlowConfig } from './scenarios/slow.ts';
 import { runDrain, S7_DEFAULT, type DrainConfig } from './scenarios/drain.ts';
 import { runCrossNode, S8_DEFAULT, type CrossConfig } from './scenarios/crossnode.ts';
+import { runStorm, S9_DEFAULT, type StormConfig } from './scenarios/storm.ts';
 import type { RunOptions, Sample } from './scenarios/common.ts';
 import { ratios, rows } from './report/summary.ts';
 import { checkGates, checkGoals } from './report/gates.ts';
-import { gatesTable, goalsTable, methodSection, ratiosTable, renderDrainSvg, renderSvg, rowsTables, type RunRecord, type SluiceBuild } from './report/render.ts';
+import { gatesTable, goalsTable, mergeRuns, methodSection, ratiosTable, renderDrainSvg, renderStormSvg, renderSvg, rowsTables, type RunRecord, type SluiceBuild } from './report/render.ts';
 
 const USAGE = `usage: cli.ts <command> [options]
 commands:
-  all        S1, S2, S3, S4+S5 against every target, S6 against sluice and ws (1 repeat), S7, S8 against sluice (2 repeats);
+  all        S1, S2, S3, S4+S5 against every target, S6 against sluice and ws (1 repeat), S7, S8 against sluice (2 repeats), S9;
              writes runs/*.json, results.md, results.svg
   ci         short S1 (32 B), S3, S4 against sluice, uws, ws; exits 1 when a gate fails
   s1 | s2 | s3 | s4 | s5   one scenario alone (s4 and s5 share one connect run)
@@ -33,18 +34,22 @@ commands:
              after --delay-ms (1000), retryAfterMs, readiness, exit code; writes results-s7.svg (also part of all)
   s8         cross-node fan-out: S3 on 1 node (embedded), 1 node on Redis and --nodes (2) nodes on one private
              redis-server; gateway and Redis CPU, Redis commands per event, added p99; default target sluice, 2 repeats
-  report <run.json>        rewrite results.md and results.svg from a saved run
+  s9         reconnect storm: --sockets (10000) clients in --procs (4) processes on node A, drained at --rate (10000)/s after
+             --delay-ms (100); arrivals at node B per 100 ms until 99% are back, SDK clients then naive ws clients, each on
+             fresh nodes; writes results-s9.svg (also part of all)
+  report <run.json> [more.json ...]   rewrite results.md and results.svg from a saved run; the scenarios of each later
+             run replace the same scenarios of the earlier ones
 options:
   --targets a,b      subset of ${ALL_TARGETS.join(',')}
   --repeats n        repeats per target (interleaved)
   --measure-ms n     measurement window (S1-S3, S8)
   --warmup-ms n      warm-up before the window (S1-S3, S8)
-  --procs n          load-generator processes (S3, S8: subscriber processes)
-  --sockets n        sockets (S1, S2, S4/S5)
+  --procs n          load-generator processes (S3, S8: subscriber processes; S9: client processes)
+  --sockets n        sockets (S1, S2, S4/S5, S7), clients per kind (S9)
   --subscribers n    subscribers (S3, S8)
   --sizes a,b        payload sizes in bytes (S1)
   --depth n          frames in flight per socket (S1, S2) or acks in flight (S3, S8)
-  --concurrency n    handshakes in flight per generator process (S4/S5)
+  --concurrency n    handshakes in flight per generator process (S4/S5, S7, S9)
   --window n         publishes the S3, S8 (S6) publisher may run ahead of the slowest (healthy) subscriber; S6: 0 = no credit
   --ephemeral        publish the ephemeral class instead of durable (S1-S3, S8)
   --seconds n        publishing time of each S6 run (default 60)
@@ -52,8 +57,8 @@ options:
   --stalled n        stalled subscribers (S6, default 200)
   --size n           payload bytes (S6, default 300)
   --rss-limit-mib n  stop an S6 run when the server's RSS passes this (default 2048)
-  --rate n           S7: WS_DRAIN_RATE, closes per second for the node (default 500)
-  --delay-ms n       S7: WS_DRAIN_DELAY_MS (default 1000)
+  --rate n           S7, S9: WS_DRAIN_RATE, closes per second for the node (default 500; S9: 10000)
+  --delay-ms n       S7, S9: WS_DRAIN_DELAY_MS (default 1000; S9: 100)
   --nodes n          S8: gateway processes on the one redis-server (default 2)
   --no-report        (all) do not rewrite results.md / results.svg`;
 
@@ -131,6 +136,7 @@ function writeReport(rec: RunRecord, runFile: string): void {
     '',
     '![Sluice vs peers](results.svg)',
     '',
+    ...(rec.samples.some((x) => x.scenario === 'S9' && x.ok) ? ['S9 reconnect storm: [results-s9.svg](results-s9.svg).', ''] : []),
     '## Goals',
     '',
     goalsTable(rec.goals),
@@ -154,6 +160,7 @@ function writeReport(rec: RunRecord, runFile: string): void {
   }
   writeFileSync(path, text);
   writeFileSync(join(BENCH_ROOT, 'results.svg'), renderSvg(rec));
+  if (rec.samples.some((x) => x.scenario === 'S9' && x.ok)) writeFileSync(join(BENCH_ROOT, 'results-s9.svg'), renderStormSvg(rec.samples));
 }
 
 async function main(): Promise<number> {
@@ -162,19 +169,21 @@ async function main(): Promise<number> {
   const v = cli.values;
 
   if (cli.command === 'report') {
-    const file = cli.positionals[0];
+    const [file, ...more] = cli.positionals;
     if (file === undefined) throw new Error('report wants a run JSON file');
-    const rec = JSON.parse(readFileSync(file, 'utf8')) as RunRecord;
-    writeReport(rec, `benchmarks/runs/${basename(file)}`);
-    process.stdout.write(`rewrote results.md and results.svg from ${file}\n`);
+    const rec = mergeRuns(JSON.parse(readFileSync(file, 'utf8')) as RunRecord,
+      more.map((f) => ({ file: `benchmarks/runs/${basename(f)}`, rec: JSON.parse(readFileSync(f, 'utf8')) as RunRecord })));
+    writeReport(rec, [file, ...more].map((f) => `benchmarks/runs/${basename(f)}`).join('`, `'));
+    process.stdout.write(`rewrote results.md and results.svg from ${[file, ...more].join(', ')}\n`);
     return 0;
   }
 
   assertNativeUws();
   const isCi = cli.command === 'ci';
-  const scenarios = isCi ? ['s1', 's3', 's4'] : cli.command === 'all' ? ['s1', 's2', 's3', 's45', 's6', 's7', 's8'] : [cli.command];
-  for (const s of scenarios) if (!['s1', 's2', 's3', 's4', 's5', 's45', 's6', 's7', 's8'].includes(s)) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
-  const defaultTargets: readonly TargetName[] = isCi ? ['sluice', 'uws', 'ws'] : cli.command === 's6' ? ['sluice', 'ws'] : cli.command === 's8' ? ['sluice'] : ALL_TARGETS;
+  const scenarios = isCi ? ['s1', 's3', 's4'] : cli.command === 'all' ? ['s1', 's2', 's3', 's45', 's6', 's7', 's8', 's9'] : [cli.command];
+  for (const s of scenarios) if (!['s1', 's2', 's3', 's4', 's5', 's45', 's6', 's7', 's8', 's9'].includes(s)) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
+  const defaultTargets: readonly TargetName[] = isCi ? ['sluice', 'uws', 'ws'] : cli.command === 's6' ? ['sluice', 'ws']
+    : cli.command === 's8' || cli.command === 's9' ? ['sluice'] : ALL_TARGETS;
   let targets = targetsOf(v.targets, defaultTargets);
   if (!gatewayAvailable() && targets.some((t) => t.startsWith('sluice'))) {
     if (isCi) throw new Error('apps/gateway/src/main.ts does not exist: the CI gate needs the gateway');
@@ -251,6 +260,16 @@ async function main(): Promise<number> {
     repeats: cli.command === 's8' ? (int(v.repeats, 'repeats') ?? 2) : 2,
   });
 
+  // S9 takes the S7 options (clients as --sockets) when run alone; in `all`, its defaults.
+  const s9: StormConfig = cli.command !== 's9' ? { ...S9_DEFAULT } : {
+    ...S9_DEFAULT,
+    ...(sockets !== undefined ? { clients: sockets } : {}), ...(procs !== undefined ? { procs } : {}),
+    ...(int(v.rate, 'rate') !== undefined ? { rate: int(v.rate, 'rate')! } : {}),
+    ...(delayMs !== undefined ? { delayMs } : {}),
+    ...(int(v.concurrency, 'concurrency') !== undefined ? { concurrency: int(v.concurrency, 'concurrency')! } : {}),
+  };
+  if (cli.command === 's9' && !gatewayAvailable()) throw new Error('apps/gateway/src/main.ts does not exist: S9 needs the gateway');
+
   const startedAt = new Date().toISOString();
   const buildAtStart = sluiceBuild();
   const t0 = performance.now();
@@ -293,6 +312,16 @@ async function main(): Promise<number> {
       log(`S8: ${JSON.stringify(s8)} targets ${o.targets.join(',')} repeats ${o.repeats}`);
       used['S8'] = { ...s8, repeats: o.repeats };
       samples.push(...await runCrossNode(o, s8));
+    }
+    if (s === 's9' && gatewayAvailable() && (cli.command === 's9' || targets.includes('sluice'))) {
+      log(`S9: ${JSON.stringify(s9)}`);
+      used['S9'] = s9;
+      const got = await runStorm(opts, s9);
+      samples.push(...got);
+      if (got.some((x) => x.ok)) {
+        writeFileSync(join(BENCH_ROOT, 'results-s9.svg'), renderStormSvg(got));
+        log('  wrote benchmarks/results-s9.svg');
+      }
     }
   }
 

@@ -3,8 +3,8 @@
 import { TARGETS, type TargetName } from '../lib/server.ts';
 import { fmtBytes, fmtInt, fmtUs, type Sample, type ScenarioId } from '../scenarios/common.ts';
 import type { MachineInfo } from '../lib/proc.ts';
-import { GOALS, type GateResult, type GoalResult } from './gates.ts';
-import { HEADLINE, type Ratio, type Row } from './summary.ts';
+import { checkGoals, GOALS, type GateResult, type GoalResult } from './gates.ts';
+import { HEADLINE, ratios, type Ratio, type Row, rows } from './summary.ts';
 
 export interface SluiceBuild {
   commit: string;
@@ -25,6 +25,40 @@ export interface RunRecord {
   ratios: Ratio[];
   goals: GoalResult[];
   gates?: GateResult[];
+  /** Runs whose scenarios `report` merged into this one (each replaces the scenarios it measured). */
+  merged?: MergedRun[];
+}
+
+export interface MergedRun {
+  file: string;
+  command: string;
+  startedAt: string;
+  finishedAt: string;
+  sluiceBuild: SluiceBuild;
+  scenarios: string[];
+}
+
+/**
+ * One record from several runs: each later run's samples replace the samples of
+ * the scenarios it measured; rows, ratios and goals are computed again.
+ */
+export function mergeRuns(first: RunRecord, later: ReadonlyArray<{ file: string; rec: RunRecord }>): RunRecord {
+  if (later.length === 0) return first;
+  let samples = [...first.samples];
+  const scenarios = { ...((first.config['scenarios'] ?? {}) as Record<string, unknown>) };
+  const merged = [...(first.merged ?? [])];
+  for (const { file, rec } of later) {
+    const ids = new Set(rec.samples.map((x) => x.scenario));
+    samples = [...samples.filter((x) => !ids.has(x.scenario)), ...rec.samples];
+    Object.assign(scenarios, (rec.config['scenarios'] ?? {}) as Record<string, unknown>);
+    merged.push({ file, command: rec.command, startedAt: rec.startedAt, finishedAt: rec.finishedAt, sluiceBuild: rec.sluiceBuild, scenarios: [...ids].sort() });
+  }
+  const rowsList = rows(samples);
+  const ratiosList = ratios(samples);
+  return {
+    ...first, config: { ...first.config, scenarios }, samples, rows: rowsList, ratios: ratiosList,
+    goals: checkGoals(rowsList, ratiosList, samples), merged,
+  };
 }
 
 const PEER_LABEL: Record<TargetName, string> = { sluice: 'Sluice (2 workers)', 'sluice-w1': 'Sluice (1 worker)', uws: 'raw uWS', ws: 'ws', sio: 'Socket.IO' };
@@ -56,12 +90,13 @@ const SCENARIO_TITLE: Record<ScenarioId, string> = {
   S6: 'S6 slow consumers',
   S7: 'S7 drain pacing',
   S8: 'S8 cross-node fan-out (cluster mode, one Redis)',
+  S9: 'S9 reconnect storm (node A drained, arrivals at node B)',
 };
 
 /** One table per scenario with every target's medians; used by the terminal and results.md. */
 export function rowsTables(rowsList: readonly Row[]): string {
   const parts: string[] = [];
-  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8'] as const) {
+  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8', 'S9'] as const) {
     const rs = rowsList.filter((r) => r.scenario === sc);
     if (rs.length === 0) continue;
     parts.push(`### ${SCENARIO_TITLE[sc]}`);
@@ -82,6 +117,8 @@ export function rowsTables(rowsList: readonly Row[]): string {
       parts.push(s7Table(rs, status));
     } else if (sc === 'S8') {
       parts.push(s8Table(rs, status));
+    } else if (sc === 'S9') {
+      parts.push(s9Table(rs, status));
     } else {
       parts.push(table(
         ['variant', 'target', 'server CPU per upgrade', 'upgrades/server-CPU-s', 'connect p99', 'longest stall (max of runs)', 'server CPU', 'busiest generator', 'other load', 'ok runs'],
@@ -154,6 +191,87 @@ export function s8Table(rs: readonly Row[], status: (r: Row) => string): string 
         Number.isFinite(x(r, 'node0P99Us')) ? `${fmtUs(x(r, 'node0P99Us'))} / ${fmtUs(x(r, 'otherNodesP99Us'))}` : '-',
         added(x(r, 'p99AddedUs')), pct(r.otherUtil), status(r)]),
     );
+}
+
+export function s9Table(rs: readonly Row[], status: (r: Row) => string): string {
+  const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
+  const n = (r: Row, k: string): string => r.notes[k] ?? '-';
+  const f = (v: number, d = 0): string => (Number.isFinite(v) ? v.toFixed(d) : 'n/a');
+  const ms = (v: number): string => (Number.isFinite(v) ? `${(v / 1000).toFixed(2)} s` : 'n/a');
+  return 'Every client connected to node A (url list [A, B] for the SDK), then A got SIGTERM (drain at the rate named, after its delay); ' +
+    'times are from SIGTERM, client-side (welcome from B; clocks of one machine). `peak/s`: the busiest 100 ms x10; `in 1 s`: most arrivals in ' +
+    'any 1 s window; `B counter`: B\'s `sluice_upgrades_total{outcome="accepted"}` polled every 100 ms, fastest growth over >= 100 ms / >= 1 s; ' +
+    '`SDK wait`: the close\'s retryAfterMs and the wait the SDK chose (min / median / max); B CPU: % of one core, busiest 1 s.\n\n' +
+    table(
+      ['variant', 'back at B', 'closes by A (codes), first..last', 'first back', '50% back', '99% back', 'all back', '99% after first close',
+        'peak/s (100 ms)', 'in 1 s', 'B counter peak/s (100 ms / 1 s)', 'attempts at B', 'retryAfterMs min..max', 'SDK wait min / median / max',
+        'B CPU peak', 'B stall max', 'other load', 'findings', 'ok runs'],
+      rs.map((r) => [r.variant, `${f(x(r, 'reconnected'))}/${f(x(r, 'onA'))}`,
+        `${f(x(r, 'closes'))} ${n(r, 'closeCodes')}, ${ms(x(r, 'firstCloseMs'))}..${ms(x(r, 'lastCloseMs'))}`,
+        ms(x(r, 'firstArrivalMs')), ms(x(r, 't50Ms')), ms(x(r, 't99Ms')), ms(x(r, 'tAllMs')), ms(x(r, 't99FromFirstCloseMs')),
+        fmtInt(x(r, 'peakPerS')), fmtInt(x(r, 'peak1s')), `${fmtInt(x(r, 'serverPeakPerS'))} / ${fmtInt(x(r, 'serverPeak1s'))}`,
+        f(x(r, 'attemptsB')),
+        Number.isFinite(x(r, 'retryMinMs')) ? `${f(x(r, 'retryMinMs'))}..${f(x(r, 'retryMaxMs'))} ms` : '-',
+        Number.isFinite(x(r, 'plannedMinMs')) ? `${f(x(r, 'plannedMinMs'))} / ${f(x(r, 'plannedMedianMs'))} / ${f(x(r, 'plannedMaxMs'))} ms` : '-',
+        pct(x(r, 'peakServerCpu')), fmtMs(x(r, 'stallMaxMsB')), pct(r.otherUtil), n(r, 'findings') === '' ? 'none' : n(r, 'findings'), status(r)]),
+    );
+}
+
+/** S9: arrivals at node B per second (per 100 ms x10) after SIGTERM, one line per kind of client, A's closes as grey bars. */
+export function renderStormSvg(samples: readonly Sample[]): string {
+  const ss = samples.filter((s) => s.scenario === 'S9' && s.ok && (s.timeline?.length ?? 0) > 0);
+  type B = { t: number; arrivals: number; server: number; closes: number };
+  const tls = ss.map((s) => s.timeline as B[]);
+  const width = 880;
+  const top = 78 + ss.length * 16;
+  const height = top + 330;
+  const left = 70;
+  const plotW = width - left - 30;
+  const plotH = height - top - 50;
+  const maxT = Math.max(1, ...tls.map((tl) => Math.ceil(((tl[tl.length - 1]?.t ?? 0) + 100) / 1000)));
+  const peak = Math.max(1, ...tls.flatMap((tl) => tl.map((b) => Math.max(b.arrivals, b.closes) * 10)));
+  const stepY = [500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000].find((st) => peak / st <= 8) ?? 200_000;
+  const maxY = Math.ceil((peak * 1.05) / stepY) * stepY;
+  const x = (sec: number): number => left + (sec / maxT) * plotW;
+  const y = (v: number): number => top + plotH - (v / maxY) * plotH;
+  const esc = (t: string): string => t.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+  const colors = ['#2c3e80', '#c0392b', '#3a7d44', '#8e44ad'];
+  const out: string[] = [];
+  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`);
+  out.push(`<rect width="${width}" height="${height}" fill="white"/>`);
+  const clients = ss[0]?.extra['clients'];
+  out.push(`<text x="10" y="20" font-size="14" font-weight="bold">${esc(`S9 reconnect storm: ${String(clients ?? '?')} clients dropped by node A's drain, arrivals at node B`)}</text>`);
+  out.push(`<text x="10" y="38" fill="#555">${esc('per 100 ms x10 = per second. solid: clients back at B (welcome, client-side); dotted: B\'s accepted-upgrades counter (polled);')}</text>`);
+  out.push(`<text x="10" y="54" fill="#555">${esc('shaded: closes by A; dashed vertical: 99% back')}</text>`);
+  ss.forEach((s, i) => {
+    const e = s.extra;
+    const line = `${s.variant}: 99% back ${(Number(e['t99Ms']) / 1000).toFixed(2)} s after SIGTERM, peak ${fmtInt(Number(e['peakPerS']))}/s, ${fmtInt(Number(e['peak1s']))} in 1 s`;
+    out.push(`<text x="10" y="${74 + i * 16}" fill="${colors[i % colors.length]!}">${esc(line)}</text>`);
+  });
+  for (let v = 0; v <= maxY; v += stepY) {
+    out.push(`<line x1="${left}" y1="${y(v)}" x2="${left + plotW}" y2="${y(v)}" stroke="#e4e4e4"/>`);
+    out.push(`<text x="${left - 6}" y="${y(v) + 4}" text-anchor="end" fill="#555">${fmtInt(v)}/s</text>`);
+  }
+  const pts = (tl: readonly B[], v: (b: B) => number): string => tl.map((b) => `${x((b.t + 50) / 1000).toFixed(1)},${y(v(b) * 10).toFixed(1)}`).join(' ');
+  tls.forEach((tl, i) => {
+    // A's closes of this run: a light area under a step of 100 ms.
+    const c = colors[i % colors.length]!;
+    const area = tl.flatMap((b) => [`${x(b.t / 1000).toFixed(1)},${y(b.closes * 10).toFixed(1)}`, `${x((b.t + 100) / 1000).toFixed(1)},${y(b.closes * 10).toFixed(1)}`]);
+    const end = tl.length === 0 ? 0 : (tl[tl.length - 1]!.t + 100) / 1000;
+    out.push(`<polygon fill="${c}" fill-opacity="0.12" stroke="none" points="${x(0)},${y(0)} ${area.join(' ')} ${x(end)},${y(0)}"/>`);
+  });
+  tls.forEach((tl, i) => {
+    const c = colors[i % colors.length]!;
+    out.push(`<polyline fill="none" stroke="${c}" stroke-width="1" stroke-dasharray="2 2" points="${pts(tl, (b) => b.server)}"/>`);
+    out.push(`<polyline fill="none" stroke="${c}" stroke-width="1.5" points="${pts(tl, (b) => b.arrivals)}"/>`);
+    const t99 = Number(ss[i]!.extra['t99Ms']);
+    if (Number.isFinite(t99)) out.push(`<line x1="${x(t99 / 1000)}" y1="${top}" x2="${x(t99 / 1000)}" y2="${top + plotH}" stroke="${c}" stroke-dasharray="6 4"/>`);
+  });
+  const step = maxT > 40 ? 5 : maxT > 15 ? 2 : 1;
+  for (let t = 0; t <= maxT; t += step) out.push(`<text x="${x(t)}" y="${top + plotH + 16}" text-anchor="middle" fill="#555">${t}s</text>`);
+  out.push(`<text x="${left + plotW / 2}" y="${height - 10}" text-anchor="middle" fill="#555">seconds after SIGTERM to node A</text>`);
+  out.push('</svg>');
+  return `${out.join('\n')}\n`;
 }
 
 /** Closes per second (bars, from 100 ms buckets summed per second) and per 100 ms x10 (line) against the target rate. */
@@ -247,6 +365,7 @@ export function methodSection(rec: RunRecord): string {
   const cfg = rec.config;
   const lines = [
     `Run \`${rec.command}\` from ${rec.startedAt} to ${rec.finishedAt}; raw samples in \`benchmarks/runs/\` (not committed).`,
+    ...(rec.merged ?? []).map((r) => `${r.scenarios.join(', ')} from run \`${r.command}\` (\`${r.file}\`) from ${r.startedAt} to ${r.finishedAt}, Sluice build \`${r.sluiceBuild.commit}\`${r.sluiceBuild.dirtyFiles > 0 ? ` plus ${r.sluiceBuild.dirtyFiles} uncommitted files under apps/ and packages/` : ''}${r.sluiceBuild.changedDuringRun !== undefined ? ` (**changed during the run**: ${r.sluiceBuild.changedDuringRun})` : ''}; the rest of this section describes the first run.`),
     '',
     `- Machine: ${m.cpuModel}, ${m.cores} cores, ${m.memGiB} GiB, Linux ${m.kernel}, Node ${m.node}. Server and load generator share the ${m.cores} cores; all traffic is loopback.`,
     `- Sluice build: commit \`${rec.sluiceBuild.commit}\`${rec.sluiceBuild.dirtyFiles > 0 ? ` plus ${rec.sluiceBuild.dirtyFiles} uncommitted files under apps/ and packages/` : ''}${rec.sluiceBuild.changedDuringRun !== undefined ? ` at the start of the run (**changed during the run**: ${rec.sluiceBuild.changedDuringRun})` : ''}, run from source with \`node --import tsx apps/gateway/src/main.ts\`, embedded mode (no Redis${rec.samples.some((s) => s.scenario === 'S8') ? '; S8 also in cluster mode, below' : ''}), \`LOG_LEVEL=info\`, per-socket, per-tenant and per-IP limits lifted (see src/lib/server.ts); every other setting at its default.`,
@@ -261,6 +380,7 @@ export function methodSection(rec: RunRecord): string {
     '- Scenario settings (see README for what each field does):',
     ...Object.entries((cfg['scenarios'] ?? {}) as Record<string, Record<string, unknown>>).map(([k, v]) =>
       `  - ${k}: ${Object.entries(v).filter(([f]) => f !== 'scenario').map(([f, x]) => `${f} ${JSON.stringify(x)}`).join(', ')}`),
+    ...(rec.samples.some((s) => s.scenario === 'S9') ? ['- S9 (reconnect storm): per kind of client, two fresh gateway processes of the same command and settings (embedded mode, no Redis): node A with `WS_DRAIN_DELAY_MS`, `WS_DRAIN_RATE` (as configured) and `WS_DRAIN_MAX_MS` (clients / rate + delay + 10 s), node B with `WS_DRAIN_RATE=1000000` (used only when it is stopped, after the clients left); the clients in child processes of ~2500 each (`@sluice/client` on `ws`, or plain `ws`), from 8 loopback source addresses. Not part of `ci`.'] : []),
     ...(rec.samples.some((s) => s.scenario === 'S8') ? ['- S8 (cluster mode): the same gateway command and settings plus `REDIS_URL` of one private redis-server (`startRedis()` of `@sluice/redis/testing`: loopback, persistence off, flushed before each measurement), started fresh every repeat; gateway processes fresh for every measurement. The embedded single node of each repeat is measured first, then one node on Redis, then the nodes on Redis.'] : []),
     '- S5 stall: the longest event-loop delay since the server started (its start-up and the 300 warm-up upgrades included), sampled every 10 ms, so a reading includes up to 10 ms of sampling interval; the JSON keeps the reading taken just before the storm as `stallMaxMsBefore`.',
   ];

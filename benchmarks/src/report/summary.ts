@@ -57,10 +57,14 @@ export const HEADLINE: Record<ScenarioId, { key: HeadlineKey; higherIsBetter: bo
   S6: { key: 'p99Us', higherIsBetter: false, label: 'healthy subscribers p99' },
   S7: { key: 'perServerCpuS', higherIsBetter: true, label: 'closes per server-CPU-s' },
   S8: { key: 'perServerCpuS', higherIsBetter: true, label: 'deliveries per gateway-CPU-s' },
+  S9: { key: 'perServerCpuS', higherIsBetter: true, label: 'reconnects per node-B-CPU-s' },
 };
 
-/** Scenarios without a Sluice/peer ratio: S6 is judged against its own run without stalled sockets; S7 and S8 run Sluice only (S8: against its own single node). */
-const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7', 'S8']);
+/**
+ * Scenarios without a Sluice/peer ratio: S6 is judged against its own run without stalled sockets; S7, S8 and S9 run Sluice only
+ * (S8: against its own single node; S9: SDK clients against naive ones).
+ */
+const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7', 'S8', 'S9']);
 
 function extraNum(s: Sample, k: string): number {
   const v = s.extra[k];

@@ -11,7 +11,7 @@ import type { MarkResult } from '../loadgen/messages.ts';
 
 export { sleep };
 
-export type ScenarioId = 'S1' | 'S2' | 'S3' | 'S4' | 'S5' | 'S6' | 'S7' | 'S8';
+export type ScenarioId = 'S1' | 'S2' | 'S3' | 'S4' | 'S5' | 'S6' | 'S7' | 'S8' | 'S9';
 
 /** Which resource ran out first (see README: "bound"). */
 export type Bound = 'server' | 'client' | 'machine' | 'none';
@@ -39,7 +39,7 @@ export interface Sample {
   perServerCpuS: number;
   latency?: LatencySummary;
   extra: Record<string, number | string | boolean | null>;
-  /** S6: one entry per second of the run (RSS, deliveries, latency); S7: closes per 100 ms after SIGTERM. */
+  /** S6: one entry per second of the run (RSS, deliveries, latency); S7: closes per 100 ms after SIGTERM; S9: arrivals per 100 ms after SIGTERM. */
   timeline?: unknown[];
 }
 

@@ -1,0 +1,691 @@
+// S9 reconnect storm (issue 8): `clients` clients connected to gateway node A
+// are dropped at once by a drain (SIGTERM, a short WS_DRAIN_DELAY_MS and a
+// WS_DRAIN_RATE high enough to close them all within about a second), and
+// come back at node B. Two kinds of client, each on its own fresh pair of
+// nodes, one after the other in the same run:
+//
+// - `sdk`: @sluice/client's SluiceClient on `ws`, url list [A, B]. Each first
+//   attempt goes to A (the client's random source answers 0 once, for that
+//   pick only; every later draw, the reconnect jitter included, is
+//   Math.random). After the 1012 close the client avoids A and waits as the
+//   server said: the close's retryAfterMs (uniform in [1000, 6000] ms by
+//   default) plus its full jitter.
+// - `naive`: a plain `ws` socket that, when A closes it, opens one to B at
+//   once, and again at once after every failed attempt.
+//
+// The clients live in `procs` child processes (this file, run with
+// --storm-child; ~2500 clients each, one fd per client), spread over the
+// loopback source addresses the other scenarios use. Arrivals are counted
+// twice: client-side (the time each client got B's `welcome`) and at B
+// (sluice_upgrades_total{outcome="accepted"} from its /metrics, polled every
+// 100 ms). The wait ends 1 s after every client is back, 2 s after 99% are,
+// or `maxWaitMs` after SIGTERM, whichever comes first. Loopback only; every loop
+// is bounded; not part of `ci`.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { availableParallelism } from 'node:os';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import WebSocket from 'ws';
+import { SluiceClient, type WebSocketConstructor } from '@sluice/client';
+import { split } from '../loadgen/pool.ts';
+import { cpuSeconds, machineBusySeconds } from '../lib/proc.ts';
+import { ServerProc, TARGETS } from '../lib/server.ts';
+import { promByLabel } from '../lib/series.ts';
+import { REPO_ROOT, shellWithFileLimit } from '../lib/spawn.ts';
+import { bucketCounts } from '../lib/drainstats.ts';
+import { SOURCES } from './connect.ts';
+import { failedSample, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
+
+export type StormMode = 'sdk' | 'naive';
+
+export interface StormConfig {
+  /** Clients per mode. */
+  clients: number;
+  /** Client processes (at least clients / 2500). */
+  procs: number;
+  /** WS_DRAIN_RATE of node A: closes per second for the node. */
+  rate: number;
+  /** WS_DRAIN_DELAY_MS of node A. */
+  delayMs: number;
+  /** Handshakes in flight per client process while the clients first connect to A. */
+  concurrency: number;
+  /** The longest wait for the clients after SIGTERM. */
+  maxWaitMs: number;
+  modes: readonly StormMode[];
+}
+
+export const S9_DEFAULT: StormConfig = {
+  clients: 10_000, procs: 4, rate: 10_000, delayMs: 100, concurrency: 200, maxWaitMs: 30_000, modes: ['sdk', 'naive'],
+};
+
+const PER_PROC_MAX = 2500;
+const BUCKET_MS = 100;
+/** After 99% are back, how long the wait goes on for the rest. */
+const TAIL_MS = 2000;
+
+export function variantOf(cfg: Pick<StormConfig, 'clients' | 'rate'>, mode: StormMode): string {
+  return `${cfg.clients} ${mode === 'sdk' ? 'SDK clients' : 'naive ws clients'}, drain ${cfg.rate}/s`;
+}
+
+// ---- pure analysis (unit-tested) ---------------------------------------------------
+
+/** Time (in the times' unit) at which `share` of `total` had arrived; NaN when fewer did. `sorted` ascending. */
+export function timeToShare(sorted: readonly number[], total: number, share: number): number {
+  const k = Math.ceil(share * total - 1e-9);
+  if (k <= 0) return 0;
+  return k <= sorted.length ? sorted[k - 1]! : NaN;
+}
+
+/** Most arrivals in any window of `windowMs` (sliding, from each arrival), `sorted` ascending. */
+export function peakInWindow(sorted: readonly number[], windowMs: number): number {
+  let best = 0;
+  let j = 0;
+  for (let i = 0; i < sorted.length; i++) {
+    while (sorted[i]! - sorted[j]! >= windowMs) j++;
+    best = Math.max(best, i - j + 1);
+  }
+  return best;
+}
+
+export interface Poll {
+  /** ms after SIGTERM, when the answer came. */
+  ms: number;
+  accepted: number;
+  cpuS: number;
+}
+
+/** Per `BUCKET_MS` bucket from 0: the counter's growth between polls, put in the bucket of the poll that saw it. */
+export function pollBuckets(polls: readonly Poll[], buckets: number, widthMs = BUCKET_MS): number[] {
+  const out = new Array<number>(buckets).fill(0);
+  for (let i = 1; i < polls.length; i++) {
+    const b = Math.floor(polls[i]!.ms / widthMs);
+    if (b >= 0 && b < buckets) out[b]! += Math.max(0, polls[i]!.accepted - polls[i - 1]!.accepted);
+  }
+  return out;
+}
+
+/** Highest rate of `key` between two polls at least `minGapMs` apart (the closest such pair for each later poll), per second. */
+export function peakPollRate(polls: readonly Poll[], minGapMs: number, key: 'accepted' | 'cpuS' = 'accepted'): number {
+  let best = 0;
+  for (let j = 1; j < polls.length; j++) {
+    let i = j - 1;
+    while (i > 0 && polls[j]!.ms - polls[i]!.ms < minGapMs) i--;
+    const dt = polls[j]!.ms - polls[i]!.ms;
+    if (dt >= minGapMs) best = Math.max(best, ((polls[j]![key] - polls[i]![key]) / dt) * 1000);
+  }
+  return best;
+}
+
+function median(xs: readonly number[]): number {
+  if (xs.length === 0) return NaN;
+  const v = [...xs].sort((a, b) => a - b);
+  const m = v.length >> 1;
+  return v.length % 2 === 1 ? v[m]! : (v[m - 1]! + v[m]!) / 2;
+}
+
+/** One bucket of the chart. */
+export interface StormBucket {
+  /** Start of the bucket, ms after SIGTERM. */
+  t: number;
+  /** Clients that got B's welcome. */
+  arrivals: number;
+  /** Growth of B's accepted-upgrades counter, in the bucket of the poll that saw it. */
+  server: number;
+  /** Clients whose socket A closed. */
+  closes: number;
+}
+
+// ---- the child process: holds the clients ------------------------------------------
+
+type Request =
+  | { op: 'connect'; mode: StormMode; urlA: string; urlB: string; count: number; idBase: number; sources: string[]; concurrency: number; timeoutMs: number }
+  | { op: 'results' }
+  | { op: 'reset' }
+  | { op: 'exit' };
+
+interface ConnectReply {
+  ready: number;
+  onA: number;
+  failed: number;
+  reasons: Record<string, number>;
+  /** Which gateway process welcomed each client first: the node id that starts its connection ids. */
+  nodes: Record<string, number>;
+}
+
+interface ResultsReply {
+  /** Epoch ms (performance.timeOrigin + now) of each close by A, and of each welcome from B. */
+  closesAtA: number[];
+  arrivals: number[];
+  closeCodes: Record<string, number>;
+  /** Sockets the clients opened, per node, since they connected. */
+  attemptsA: number;
+  attemptsB: number;
+  /** Why attempts after the drop failed (the SDK's reconnecting reasons; the naive client's close codes). */
+  failures: Record<string, number>;
+  errors: Record<string, number>;
+  odd: string[];
+  /** SDK only: the server's retryAfterMs on the drop, and the wait the client chose. */
+  retryAfterMs: number[];
+  plannedMs: number[];
+  stillOnA: number;
+  notBack: number;
+}
+
+interface Envelope { id: number; req: Request }
+type Reply = { id: number; ok: true; result: unknown } | { id: number; ok: false; error: string };
+
+const nowMs = (): number => performance.timeOrigin + performance.now();
+
+interface Held {
+  close(): Promise<void> | void;
+}
+
+class Clients {
+  held: Held[] = [];
+  closesAtA: number[] = [];
+  arrivals: number[] = [];
+  closeCodes: Record<string, number> = {};
+  attempts: Record<string, number> = {};
+  failures: Record<string, number> = {};
+  /** Socket errors (`ws`'s error event). */
+  errors: Record<string, number> = {};
+  /** Closes by A other than 1012, described (the first 10). */
+  odd: string[] = [];
+  retryAfterMs: number[] = [];
+  plannedMs: number[] = [];
+  phases: Array<'connecting' | 'onA' | 'dropped' | 'back' | 'failed'> = [];
+  nodes: Record<string, number> = {};
+  urlA = '';
+  urlB = '';
+  stopping = false;
+  counting = false;
+
+  private count(map: Record<string, number>, k: string): void {
+    map[k] = (map[k] ?? 0) + 1;
+  }
+
+  async connect(r: Extract<Request, { op: 'connect' }>): Promise<ConnectReply> {
+    this.urlA = r.urlA;
+    this.urlB = r.urlB;
+    this.stopping = false;
+    const reasons: Record<string, number> = {};
+    let ready = 0;
+    let failed = 0;
+    let next = 0;
+    const deadline = Date.now() + r.timeoutMs;
+    const ctors = r.sources.map((local) => this.ctor(local));
+    await new Promise<void>((resolveAll) => {
+      let inflight = 0;
+      const pump = (): void => {
+        while (inflight < r.concurrency && next < r.count) {
+          if (Date.now() > deadline) { failed += r.count - next; next = r.count; break; }
+          const i = next++;
+          inflight++;
+          const done = (ok: boolean, why?: string): void => {
+            inflight--;
+            if (ok) ready++; else { failed++; this.count(reasons, why ?? 'unknown'); }
+            pump();
+          };
+          const ctor = ctors[(r.idBase + i) % ctors.length]!;
+          if (r.mode === 'sdk') this.sdkClient(i, ctor, done); else this.naiveClient(i, r.sources[(r.idBase + i) % r.sources.length]!, done);
+        }
+        if (inflight === 0 && next >= r.count) resolveAll();
+      };
+      pump();
+    });
+    this.counting = true;
+    const onA = this.phases.filter((p) => p === 'onA').length;
+    return { ready, onA, failed, reasons, nodes: this.nodes };
+  }
+
+  /** A `ws` constructor from one loopback source address that counts the sockets opened per URL. */
+  private ctor(local: string): WebSocketConstructor {
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- the class below counts into this object
+    const self = this;
+    return class extends WebSocket {
+      constructor(url: string, protocols?: string | string[]) {
+        super(url, protocols, { localAddress: local });
+        if (self.counting) self.count(self.attempts, url === self.urlA ? 'A' : url === self.urlB ? 'B' : url);
+        // Beside the SDK's own handler, which ignores errors (a close follows).
+        this.on('error', (e) => self.count(self.errors, e.message));
+      }
+    };
+  }
+
+  private sdkClient(i: number, ctor: WebSocketConstructor, done: (ok: boolean, why?: string) => void): void {
+    let first = true;
+    const client = new SluiceClient({
+      url: [this.urlA, this.urlB],
+      WebSocket: ctor,
+      // The first pick of the URL list goes to A (index 0); every later draw is random.
+      random: () => {
+        if (first) { first = false; return 0; }
+        return Math.random();
+      },
+    });
+    this.phases[i] = 'connecting';
+    let settled = false;
+    let firstConn = { id: '', at: 0 };
+    client.on('connected', (e) => {
+      const p = this.phases[i];
+      if (p === 'connecting') {
+        firstConn = { id: e.connectionId, at: nowMs() };
+        this.count(this.nodes, e.connectionId.split('.')[0]!);
+        this.phases[i] = e.url === this.urlA ? 'onA' : 'failed';
+        settled = true;
+        done(e.url === this.urlA, e.url === this.urlA ? undefined : `first connected to ${e.url}`);
+      } else if (p === 'dropped') {
+        if (e.url === this.urlB) { this.phases[i] = 'back'; this.arrivals.push(nowMs()); } else this.count(this.failures, 'connected to A again');
+      }
+    });
+    client.on('disconnected', (e) => {
+      if (this.phases[i] !== 'onA' || this.stopping) return;
+      this.phases[i] = 'dropped';
+      this.closesAtA.push(nowMs());
+      this.count(this.closeCodes, e.code === 1012 ? '1012' : `${e.code} ${e.reason ?? ''}`.trim());
+      if (e.code !== 1012 && this.odd.length < 10) this.odd.push(`${firstConn.id} closed ${e.code} ${(nowMs() - firstConn.at).toFixed(0)} ms after its welcome`);
+      if (e.retryAfterMs !== undefined) this.retryAfterMs.push(e.retryAfterMs);
+    });
+    let planned = false;
+    client.on('reconnecting', (e) => {
+      if (this.stopping) return;
+      if (this.phases[i] === 'connecting' && !settled) {
+        // The first connect failed: the client would now avoid A. Give it up.
+        settled = true;
+        this.phases[i] = 'failed';
+        void client.close();
+        done(false, `first connect: ${e.reason ?? String(e.code ?? e.status)}`);
+        return;
+      }
+      if (this.phases[i] !== 'dropped') return;
+      if (!planned) { planned = true; this.plannedMs.push(e.inMs); } else this.count(this.failures, e.reason ?? `code ${String(e.code)}`);
+    });
+    client.on('error', () => undefined);
+    this.held.push({ close: () => client.close() });
+    client.connect();
+  }
+
+  private naiveClient(i: number, local: string, done: (ok: boolean, why?: string) => void): void {
+    this.phases[i] = 'connecting';
+    let ws: WebSocket | undefined;
+    let welcomed = false;
+    let tries = 0;
+    let firstConn = { id: '', at: 0 };
+    const open = (url: string): void => {
+      if (this.counting) this.count(this.attempts, url === this.urlA ? 'A' : 'B');
+      const s = new WebSocket(url, ['sluice.v1'], { localAddress: local });
+      ws = s;
+      welcomed = false;
+      s.on('message', (data) => {
+        if (welcomed) return;
+        welcomed = true;
+        if (this.phases[i] === 'connecting') {
+          this.phases[i] = 'onA';
+          firstConn = { id: String((JSON.parse(String(data)) as { connectionId?: unknown }).connectionId), at: nowMs() };
+          this.count(this.nodes, firstConn.id.split('.')[0]!);
+          done(true);
+        } else if (this.phases[i] === 'dropped') { this.phases[i] = 'back'; this.arrivals.push(nowMs()); }
+      });
+      s.on('error', (e) => this.count(this.errors, e.message)); // a close follows
+      s.on('close', (code) => {
+        if (this.stopping || ws !== s) return;
+        const p = this.phases[i];
+        if (p === 'connecting') { this.phases[i] = 'failed'; done(false, `first connect: close ${code}`); return; }
+        if (p === 'onA' && welcomed) {
+          this.phases[i] = 'dropped';
+          this.closesAtA.push(nowMs());
+          this.count(this.closeCodes, String(code));
+          if (code !== 1012 && this.odd.length < 10) this.odd.push(`${firstConn.id} closed ${code} ${(nowMs() - firstConn.at).toFixed(0)} ms after its welcome`);
+          open(this.urlB); // at once
+          return;
+        }
+        if (p === 'dropped') {
+          this.count(this.failures, `close ${code}`);
+          // At once again, bounded in count.
+          if (++tries < 1000) open(this.urlB);
+        }
+      });
+    };
+    this.held.push({ close: () => { ws?.terminate(); } });
+    open(this.urlA);
+  }
+
+  results(): ResultsReply {
+    return {
+      closesAtA: this.closesAtA, arrivals: this.arrivals, closeCodes: this.closeCodes,
+      attemptsA: this.attempts['A'] ?? 0, attemptsB: this.attempts['B'] ?? 0, failures: this.failures, errors: this.errors, odd: this.odd,
+      retryAfterMs: this.retryAfterMs, plannedMs: this.plannedMs,
+      stillOnA: this.phases.filter((p) => p === 'onA').length,
+      notBack: this.phases.filter((p) => p === 'dropped').length,
+    };
+  }
+
+  async reset(): Promise<void> {
+    this.stopping = true;
+    this.counting = false;
+    await Promise.all(this.held.map((h) => h.close()));
+    this.held = [];
+    this.closesAtA = [];
+    this.arrivals = [];
+    this.closeCodes = {};
+    this.attempts = {};
+    this.failures = {};
+    this.errors = {};
+    this.odd = [];
+    this.retryAfterMs = [];
+    this.plannedMs = [];
+    this.phases = [];
+    this.nodes = {};
+  }
+}
+
+function childMain(): void {
+  const lifetime = setTimeout(() => {
+    process.stderr.write(`storm client ${process.pid}: lifetime over, exiting\n`);
+    process.exit(3);
+  }, Number(process.env['STORM_LIFETIME_MS'] ?? 10 * 60_000));
+  lifetime.unref();
+  process.on('disconnect', () => process.exit(0));
+  const clients = new Clients();
+  let chain = Promise.resolve();
+  process.on('message', (m: Envelope) => {
+    chain = chain.then(async () => {
+      let reply: Reply;
+      try {
+        const r = m.req;
+        const result = r.op === 'connect' ? await clients.connect(r) : r.op === 'results' ? clients.results() : r.op === 'reset' ? await clients.reset() : undefined;
+        reply = { id: m.id, ok: true, result: result ?? null };
+      } catch (err) {
+        reply = { id: m.id, ok: false, error: (err as Error).stack ?? String(err) };
+      }
+      process.send!(reply);
+      if (m.req.op === 'exit') setTimeout(() => process.exit(0), 10);
+    });
+  });
+  process.send!({ hello: process.pid });
+}
+
+// ---- the orchestrator's side --------------------------------------------------------
+
+const SELF = fileURLToPath(import.meta.url);
+
+class StormProc {
+  private nextId = 1;
+  private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void; timer: NodeJS.Timeout }>();
+  exited = false;
+
+  private constructor(readonly index: number, readonly proc: ChildProcess, readonly pid: number) {
+    proc.on('message', (m: Reply) => {
+      const p = this.pending.get(m.id);
+      if (p === undefined) return;
+      this.pending.delete(m.id);
+      clearTimeout(p.timer);
+      if (m.ok) p.resolve(m.result); else p.reject(new Error(`storm clients ${index}: ${m.error}`));
+    });
+    proc.on('exit', (code, signal) => {
+      this.exited = true;
+      for (const p of this.pending.values()) { clearTimeout(p.timer); p.reject(new Error(`storm clients ${index} exited (${code ?? signal})`)); }
+      this.pending.clear();
+    });
+  }
+
+  static start(index: number): Promise<StormProc> {
+    const proc = spawn('/bin/sh', shellWithFileLimit([process.execPath, '--import', 'tsx', SELF, '--storm-child']), {
+      cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('storm client process did not start in 30 s')); }, 30_000);
+      proc.once('exit', (code) => { clearTimeout(timer); reject(new Error(`storm client process exited at start (${code})`)); });
+      proc.once('message', (m: { hello?: number }) => {
+        clearTimeout(timer);
+        if (typeof m.hello === 'number') resolve(new StormProc(index, proc, m.hello)); else reject(new Error('storm client process said something else than hello'));
+      });
+    });
+  }
+
+  call<T>(req: Request, timeoutMs: number): Promise<T> {
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => { this.pending.delete(id); reject(new Error(`storm clients ${this.index}: ${req.op} got no answer in ${timeoutMs} ms`)); }, timeoutMs);
+      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
+      this.proc.send({ id, req } satisfies Envelope);
+    });
+  }
+
+  cpuSeconds(): number {
+    try { return this.exited ? 0 : cpuSeconds(this.pid); } catch { return 0; }
+  }
+
+  async exit(): Promise<void> {
+    if (this.exited) return;
+    const gone = new Promise<void>((r) => this.proc.once('exit', () => r()));
+    try { await this.call({ op: 'exit' }, 5000); } catch { /* gone already; the kill below makes sure */ }
+    const timer = setTimeout(() => { if (!this.exited) process.kill(this.pid, 'SIGKILL'); }, 5000);
+    await gone;
+    clearTimeout(timer);
+  }
+}
+
+/** The node id a gateway logs at start (`starting sluice`): the first part of its connection ids. */
+function nodeIdOf(srv: ServerProc): string {
+  return /"node":"([^"]+)"/.exec(srv.lines.find((l) => l.includes('"node":"')) ?? '')?.[1] ?? '?';
+}
+
+async function readMetrics(adminPort: number | undefined): Promise<string> {
+  if (adminPort === undefined) throw new Error('no admin port');
+  return (await fetch(`http://127.0.0.1:${adminPort}/metrics`, { signal: AbortSignal.timeout(2000) })).text();
+}
+
+/** WS_DRAIN_MAX_MS of node A: every client at the rate, plus 10 s. */
+export function drainMaxMs(cfg: Pick<StormConfig, 'clients' | 'rate' | 'delayMs'>): number {
+  return Math.ceil((cfg.clients / cfg.rate) * 1000 + cfg.delayMs + 10_000);
+}
+
+export async function runStorm(opts: RunOptions, cfg: StormConfig): Promise<Sample[]> {
+  const n = Math.max(cfg.procs, Math.ceil(cfg.clients / PER_PROC_MAX));
+  const procs = await Promise.all(Array.from({ length: n }, (_, i) => StormProc.start(i)));
+  const out: Sample[] = [];
+  try {
+    for (const mode of cfg.modes) {
+      try {
+        const s = await stormOnce(opts, procs, cfg, mode);
+        opts.log(`  ${formatStorm(s)}`);
+        out.push(s);
+      } catch (err) {
+        opts.log(`  S9 ${mode}: failed: ${(err as Error).message}`);
+        out.push(failedSample('S9', variantOf(cfg, mode), 'sluice', 0, (err as Error).message));
+      }
+    }
+  } finally {
+    await Promise.all(procs.map((p) => p.exit()));
+  }
+  return out;
+}
+
+function formatStorm(s: Sample): string {
+  if (!s.ok) return `S9 ${s.variant}: FAILED ${s.error ?? ''}`;
+  const x = (k: string): number => Number(s.extra[k]);
+  return `S9 ${s.variant}: ${x('reconnected')}/${x('clients')} back at B; 99% at ${x('t99Ms').toFixed(0)} ms after SIGTERM ` +
+    `(${x('t99FromFirstCloseMs').toFixed(0)} ms after the first close); peak ${x('peakPerS').toFixed(0)}/s per 100 ms, ${x('peak1s')} in 1 s, ` +
+    `B's counter ${x('serverPeakPerS').toFixed(0)}/s; B CPU peak ${(x('peakServerCpu') * 100).toFixed(0)}%`;
+}
+
+async function stormOnce(opts: RunOptions, procs: StormProc[], cfg: StormConfig, mode: StormMode): Promise<Sample> {
+  const spec = TARGETS['sluice'];
+  const maxMs = drainMaxMs(cfg);
+  // One after the other: a gateway with PORT=0 takes a port the kernel just freed and then binds it with SO_REUSEPORT,
+  // so two starting at once could end up sharing one port (see the check of the welcoming node below).
+  const [aRes] = await Promise.allSettled([
+    ServerProc.start(spec, 60_000, { WS_DRAIN_DELAY_MS: String(cfg.delayMs), WS_DRAIN_RATE: String(cfg.rate), WS_DRAIN_MAX_MS: String(maxMs) }),
+  ]);
+  // B is stopped once the clients have left it: it may close what is left at once.
+  const [bRes] = await Promise.allSettled([ServerProc.start(spec, 60_000, { WS_DRAIN_RATE: '1000000' })]);
+  const a = aRes.status === 'fulfilled' ? aRes.value : undefined;
+  const b = bRes.status === 'fulfilled' ? bRes.value : undefined;
+  try {
+    if (a === undefined || b === undefined) {
+      throw (aRes.status === 'rejected' ? aRes.reason : (bRes as PromiseRejectedResult).reason) as Error;
+    }
+    if (a.port === b.port) throw new Error(`nodes A and B got the same port ${a.port}`);
+    const urlA = `ws://127.0.0.1:${a.port}/ws`;
+    const urlB = `ws://127.0.0.1:${b.port}/ws`;
+    const counts = split(cfg.clients, procs.length);
+    const tc = performance.now();
+    const conn = await Promise.all(procs.map((p, i) => p.call<ConnectReply>({
+      op: 'connect', mode, urlA, urlB, count: counts[i]!, idBase: counts.slice(0, i).reduce((x, y) => x + y, 0),
+      sources: SOURCES, concurrency: cfg.concurrency, timeoutMs: 60_000,
+    }, 90_000)));
+    const ready = conn.reduce((x, c) => x + c.ready, 0);
+    const onA = conn.reduce((x, c) => x + c.onA, 0);
+    const connectReasons: Record<string, number> = {};
+    for (const c of conn) for (const [k, v] of Object.entries(c.reasons)) connectReasons[k] = (connectReasons[k] ?? 0) + v;
+    const welcomedBy: Record<string, number> = {};
+    for (const c of conn) for (const [k, v] of Object.entries(c.nodes)) welcomedBy[k] = (welcomedBy[k] ?? 0) + v;
+    const nodeA = nodeIdOf(a);
+    const strangers = Object.entries(welcomedBy).filter(([k]) => k !== nodeA);
+    opts.log(`  S9 ${mode}: ${onA}/${cfg.clients} clients on A in ${((performance.now() - tc) / 1000).toFixed(1)} s; WS_DRAIN_MAX_MS=${maxMs}`);
+    await sleep(1000);
+
+    // What A holds just before the signal: every client should still be there.
+    const aText = await readMetrics(a.adminPort);
+    const aHeld = promByLabel(aText, 'sluice_connected_sockets', 'x')[''] ?? NaN;
+    const aClosed = Object.fromEntries(Object.entries(promByLabel(aText, 'sluice_clients_closed_total', 'reason')).filter(([, v]) => v > 0));
+    const aWarnings = a.lines.filter((l) => /"level":"(warn|error|fatal)"/.test(l) && !l.includes('WS_AUTH=none'));
+
+    // SIGTERM A, then poll B every 100 ms until the clients are back.
+    const accepted = (text: string): number => promByLabel(text, 'sluice_upgrades_total', 'outcome')['accepted'] ?? 0;
+    const b0Text = await readMetrics(b.adminPort);
+    const accepted0 = accepted(b0Text);
+    const busy0 = machineBusySeconds();
+    const gen0 = procs.map((p) => p.cpuSeconds());
+    const cpuB0 = b.cpuSeconds();
+    const cpuA0 = a.cpuSeconds();
+    const t0 = performance.now();
+    const t0Epoch = nowMs();
+    process.kill(a.pid, 'SIGTERM');
+    const polls: Poll[] = [{ ms: 0, accepted: 0, cpuS: 0 }];
+    const target99 = Math.ceil(0.99 * onA);
+    let reached99At: number | undefined;
+    let reachedAllAt: number | undefined;
+    let pollErrors = 0;
+    for (let i = 0; i < cfg.maxWaitMs / 50; i++) {
+      const started = performance.now();
+      try {
+        const text = await readMetrics(b.adminPort);
+        const ms = performance.now() - t0;
+        // The counter of a shard that did not answer in time drops out of the sum: keep the highest seen.
+        const got = Math.max(accepted(text) - accepted0, polls[polls.length - 1]!.accepted);
+        polls.push({ ms, accepted: got, cpuS: b.cpuSeconds() - cpuB0 });
+        if (got >= target99 && reached99At === undefined) reached99At = ms;
+        if (got >= onA && reachedAllAt === undefined) reachedAllAt = ms;
+        // A second more after the last one (B's CPU and the 1 s rates need it), 2 s after 99%, or the limit.
+        if ((reachedAllAt !== undefined && ms - reachedAllAt >= 1000) || (reached99At !== undefined && ms - reached99At >= TAIL_MS) || ms >= cfg.maxWaitMs) break;
+      } catch {
+        pollErrors++;
+        if (performance.now() - t0 >= cfg.maxWaitMs) break;
+      }
+      await sleep(Math.max(0, BUCKET_MS - (performance.now() - started)));
+    }
+    const wallS = (performance.now() - t0) / 1000;
+    const busy1 = machineBusySeconds();
+    const gen1 = procs.map((p) => p.cpuSeconds());
+    const cpuA = a.alive ? a.cpuSeconds() - cpuA0 : NaN;
+    const endText = await readMetrics(b.adminPort).catch(() => '');
+    const aExited = await a.waitExit(maxMs + 20_000);
+    const results = await Promise.all(procs.map((p) => p.call<ResultsReply>({ op: 'results' }, 30_000)));
+    await Promise.all(procs.map((p) => p.call({ op: 'reset' }, 30_000)));
+
+    // ---- analysis: times in ms after SIGTERM ----
+    const rel = (xs: number[]): number[] => xs.map((t) => t - t0Epoch).sort((x, y) => x - y);
+    const arrivals = rel(results.flatMap((r) => r.arrivals));
+    const closes = rel(results.flatMap((r) => r.closesAtA));
+    const sum = (f: (r: ResultsReply) => number): number => results.reduce((x, r) => x + f(r), 0);
+    const merge = (f: (r: ResultsReply) => Record<string, number>): Record<string, number> => {
+      const m: Record<string, number> = {};
+      for (const r of results) for (const [k, v] of Object.entries(f(r))) m[k] = (m[k] ?? 0) + v;
+      return m;
+    };
+    const closeCodes = merge((r) => r.closeCodes);
+    const failures = merge((r) => r.failures);
+    const socketErrors = merge((r) => r.errors);
+    const retry = results.flatMap((r) => r.retryAfterMs);
+    const planned = results.flatMap((r) => r.plannedMs);
+    const firstClose = closes[0] ?? NaN;
+    const lastClose = closes[closes.length - 1] ?? NaN;
+    const t50 = timeToShare(arrivals, onA, 0.5);
+    const t99 = timeToShare(arrivals, onA, 0.99);
+    const tAll = arrivals.length >= onA ? arrivals[arrivals.length - 1]! : NaN;
+    const endMs = Math.ceil(Math.max(wallS * 1000, arrivals[arrivals.length - 1] ?? 0) / BUCKET_MS) * BUCKET_MS + BUCKET_MS;
+    const per100 = bucketCounts(arrivals, 0, endMs, BUCKET_MS);
+    const closes100 = bucketCounts(closes, 0, endMs, BUCKET_MS);
+    const server100 = pollBuckets(polls, per100.length);
+    const timeline: StormBucket[] = per100.map((c, i) => ({ t: i * BUCKET_MS, arrivals: c, server: server100[i] ?? 0, closes: closes100[i] ?? 0 }));
+    const refusedAtB = promByLabel(endText, 'sluice_upgrades_total', 'outcome');
+    const refusedB0 = promByLabel(b0Text, 'sluice_upgrades_total', 'outcome');
+    const refusals: Record<string, number> = {};
+    for (const [k, v] of Object.entries(refusedAtB)) if (k !== 'accepted' && v - (refusedB0[k] ?? 0) > 0) refusals[k] = v - (refusedB0[k] ?? 0);
+    const stallText = /^sluice_eventloop_stall_max_seconds\s+(\S+)/m.exec(endText);
+    const serverCpuS = polls[polls.length - 1]!.cpuS;
+    const clientCpuS = gen1.map((g, i) => g - (gen0[i] ?? 0));
+
+    const problems: string[] = [];
+    if (ready < cfg.clients || onA < cfg.clients) problems.push(`only ${onA}/${cfg.clients} clients connected to A: ${JSON.stringify(connectReasons)}`);
+    if (strangers.length > 0) {
+      problems.push(`${strangers.reduce((x, [, v]) => x + v, 0)} clients were welcomed on A's port ${a.port} by other gateway processes ` +
+        `(${strangers.map(([k, v]) => `node ${k}: ${v}`).join(', ')}; A is ${nodeA}): another process shares the port (SO_REUSEPORT), the run is void`);
+    }
+    if (!aExited) problems.push('node A did not exit within WS_DRAIN_MAX_MS + 20 s');
+    else if (a.exitCode !== 0) problems.push(`node A exited with ${String(a.exitCode)} (signal ${String(a.exitSignal)})`);
+    if (!Number.isFinite(t99)) problems.push(`only ${arrivals.length}/${onA} back at B within ${cfg.maxWaitMs} ms`);
+    const findings: string[] = [];
+    if ((closeCodes['1012'] ?? 0) !== closes.length) {
+      findings.push(`not every close by A was 1012: ${JSON.stringify(closeCodes)} (${results.flatMap((r) => r.odd).slice(0, 5).join('; ')}; ` +
+        `A is node ${nodeA} on port ${a.port}, B node ${nodeIdOf(b)} on port ${b.port})`);
+    }
+    if (aHeld !== onA || Object.keys(aClosed).length > 0) {
+      findings.push(`before SIGTERM A held ${aHeld} sockets for ${onA} clients; A's closes by reason: ${JSON.stringify(aClosed)}`);
+    }
+    if (aWarnings.length > 0) findings.push(`A logged: ${aWarnings.join(' | ').slice(0, 600)}`);
+    if (Object.keys(refusals).length > 0) findings.push(`B refused upgrades: ${JSON.stringify(refusals)}`);
+    if (Object.keys(failures).length > 0) findings.push(`failed attempts after the drop: ${JSON.stringify(failures)}`);
+    if (Object.keys(socketErrors).length > 0) findings.push(`socket errors: ${JSON.stringify(socketErrors)}`);
+    if (pollErrors > 0) findings.push(`${pollErrors} polls of B's /metrics failed`);
+
+    const r2 = (v: number): number => Math.round(v * 100) / 100;
+    return {
+      scenario: 'S9', variant: variantOf(cfg, mode), target: spec.name, repeat: 0,
+      ok: problems.length === 0, ...(problems.length > 0 ? { error: problems.join('; ') } : {}),
+      count: arrivals.length, wallS, serverCpuS, clientCpuS,
+      serverUtil: serverCpuS / wallS,
+      clientUtilMax: Math.max(...clientCpuS.map((c) => c / wallS)),
+      otherUtil: otherUtil(busy1 - busy0, serverCpuS + (Number.isFinite(cpuA) ? cpuA : 0), clientCpuS, wallS),
+      bound: 'none',
+      perSec: Number.isFinite(t99) ? Math.ceil(0.99 * onA) / ((t99 - firstClose) / 1000) : NaN,
+      perServerCpuS: serverCpuS > 0 ? arrivals.length / serverCpuS : NaN,
+      extra: {
+        mode, clients: cfg.clients, onA, procs: procs.length, cores: availableParallelism(), rate: cfg.rate, delayMs: cfg.delayMs, drainMaxMs: maxMs,
+        closes: closes.length, closeCodes: JSON.stringify(closeCodes), firstCloseMs: r2(firstClose), lastCloseMs: r2(lastClose),
+        closesPeakPer100: Math.max(0, ...closes100),
+        reconnected: arrivals.length, notBack: sum((r) => r.notBack), stillOnA: sum((r) => r.stillOnA),
+        firstArrivalMs: r2(arrivals[0] ?? NaN), t50Ms: r2(t50), t99Ms: r2(t99), tAllMs: r2(tAll), t99FromFirstCloseMs: r2(t99 - firstClose),
+        peakPer100: Math.max(0, ...per100), peakPerS: Math.max(0, ...per100) * (1000 / BUCKET_MS), peak1s: peakInWindow(arrivals, 1000),
+        serverPeakPerS: Math.round(peakPollRate(polls, BUCKET_MS)), serverPeak1s: Math.round(peakPollRate(polls, 1000)),
+        serverAccepted: polls[polls.length - 1]!.accepted, polls: polls.length, pollErrors,
+        attemptsA: sum((r) => r.attemptsA), attemptsB: sum((r) => r.attemptsB),
+        failures: JSON.stringify(failures), socketErrors: JSON.stringify(socketErrors), refusalsAtB: JSON.stringify(refusals),
+        retrySeen: retry.length, retryMinMs: retry.length > 0 ? Math.min(...retry) : NaN, retryMaxMs: retry.length > 0 ? Math.max(...retry) : NaN,
+        plannedMinMs: planned.length > 0 ? Math.min(...planned) : NaN, plannedMedianMs: median(planned), plannedMaxMs: planned.length > 0 ? Math.max(...planned) : NaN,
+        peakServerCpu: r2(peakPollRate(polls, 1000, 'cpuS')), serverCpuS: r2(serverCpuS),
+        stallMaxMsB: stallText === null ? NaN : r2(Number(stallText[1]) * 1000),
+        welcomedBy: JSON.stringify(welcomedBy), aExitCode: a.exitCode ?? -1, aHeldBeforeSigterm: aHeld, aClosedBeforeSigterm: JSON.stringify(aClosed),
+        findings: findings.join('; '),
+      },
+      timeline,
+    };
+  } finally {
+    await Promise.all(procs.map((p) => p.call({ op: 'reset' }, 30_000).catch(() => undefined)));
+    await Promise.all([a, b].map((s) => (s?.alive === true ? s.stop(10_000) : undefined)));
+  }
+}
+
+if (process.argv.includes('--storm-child') && process.argv[1] !== undefined && pathToFileURL(process.argv[1]).href === import.meta.url) childMain();

@@ -1,0 +1,122 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { drainMaxMs, peakInWindow, peakPollRate, pollBuckets, runStorm, S9_DEFAULT, timeToShare, variantOf, type Poll } from '../src/scenarios/storm.ts';
+import { ratios, rows } from '../src/report/summary.ts';
+import { mergeRuns, methodSection, renderStormSvg, rowsTables, type RunRecord } from '../src/report/render.ts';
+import type { Sample } from '../src/scenarios/common.ts';
+
+test('S9 defaults: 10k clients per kind in 4 processes of 2500, drained at 10000/s; variants name the kind', () => {
+  assert.deepEqual(S9_DEFAULT, { clients: 10_000, procs: 4, rate: 10_000, delayMs: 100, concurrency: 200, maxWaitMs: 30_000, modes: ['sdk', 'naive'] });
+  assert.equal(variantOf(S9_DEFAULT, 'sdk'), '10000 SDK clients, drain 10000/s');
+  assert.equal(variantOf({ clients: 500, rate: 2000 }, 'naive'), '500 naive ws clients, drain 2000/s');
+  assert.equal(drainMaxMs(S9_DEFAULT), 11_100);
+});
+
+test('timeToShare: the arrival that completes the share, NaN when too few arrived', () => {
+  const t = [10, 20, 30, 40];
+  assert.equal(timeToShare(t, 4, 0.5), 20);
+  assert.equal(timeToShare(t, 4, 0.99), 40);
+  assert.equal(timeToShare(t, 4, 1), 40);
+  assert.ok(Number.isNaN(timeToShare(t, 100, 0.99)));
+  assert.equal(timeToShare(t, 4, 0), 0);
+});
+
+test('peakInWindow counts the most arrivals in any half-open window', () => {
+  assert.equal(peakInWindow([], 100), 0);
+  assert.equal(peakInWindow([0, 50, 99, 100, 250], 100), 3);
+  assert.equal(peakInWindow([0, 0, 0, 1000], 1000), 3);
+  assert.equal(peakInWindow([0, 999, 1000, 1001], 1000), 3);
+});
+
+test('B\'s counter: growth between polls in the bucket of the poll that saw it; peak rates over a minimum gap', () => {
+  const polls: Poll[] = [
+    { ms: 0, accepted: 0, cpuS: 0 }, { ms: 100, accepted: 5, cpuS: 0.01 }, { ms: 250, accepted: 20, cpuS: 0.05 }, { ms: 260, accepted: 22, cpuS: 0.05 },
+    { ms: 1100, accepted: 30, cpuS: 0.3 },
+  ];
+  assert.deepEqual(pollBuckets(polls, 3), [0, 5, 17]);
+  assert.deepEqual(pollBuckets(polls, 12), [0, 5, 17, 0, 0, 0, 0, 0, 0, 0, 0, 8]);
+  // 100 -> 250: 15 in 150 ms = 100/s; 100 -> 260: 17 in 160 ms = 106/s (the closest pair at least 100 ms apart).
+  assert.equal(Math.round(peakPollRate(polls, 100)), 106);
+  // 100 -> 1100: 25 in 1000 ms (the pair 0 -> 1100 is further apart than needed).
+  assert.equal(peakPollRate(polls, 1000), 25);
+  assert.equal(peakPollRate(polls.slice(0, 2), 1000), 0);
+  assert.ok(Math.abs(peakPollRate(polls, 1000, 'cpuS') - 0.29) < 1e-9);
+});
+
+function stormSample(mode: 'sdk' | 'naive', t99Ms: number): Sample {
+  return {
+    scenario: 'S9', variant: variantOf(S9_DEFAULT, mode), target: 'sluice', repeat: 0, ok: true, count: 10_000, wallS: 9, serverCpuS: 2,
+    clientCpuS: [1, 1, 1, 1], serverUtil: 0.22, clientUtilMax: 0.15, otherUtil: 0.08, bound: 'none', perSec: 1400, perServerCpuS: 5000,
+    extra: {
+      mode, clients: 10_000, onA: 10_000, reconnected: 10_000, closes: 10_000, closeCodes: '{"1012":10000}', firstCloseMs: 110, lastCloseMs: 1220,
+      firstArrivalMs: 1300, t50Ms: 4500, t99Ms, tAllMs: t99Ms + 400, t99FromFirstCloseMs: t99Ms - 110, peakPerS: 2270, peak1s: 2055,
+      serverPeakPerS: 2196, serverPeak1s: 2056, attemptsB: 10_000, retryMinMs: mode === 'sdk' ? 1001 : NaN, retryMaxMs: mode === 'sdk' ? 6000 : NaN,
+      plannedMinMs: mode === 'sdk' ? 1025 : NaN, plannedMedianMs: mode === 'sdk' ? 3748 : NaN, plannedMaxMs: mode === 'sdk' ? 6487 : NaN,
+      peakServerCpu: 0.5, stallMaxMsB: 27, findings: '',
+    },
+    timeline: [{ t: 0, arrivals: 0, server: 0, closes: 0 }, { t: 100, arrivals: 3, server: 2, closes: 900 }, { t: 200, arrivals: 200, server: 190, closes: 100 }],
+  };
+}
+
+test('S9 rows render as their own table, without a Sluice/peer ratio; the chart has a line per kind of client', () => {
+  const samples = [stormSample('sdk', 7290), stormSample('naive', 2470)];
+  const table = rowsTables(rows(samples));
+  assert.match(table, /### S9 reconnect storm/);
+  assert.match(table, /\| 10000 SDK clients, drain 10000\/s \| 10000\/10000 \| 10000 \{"1012":10000\}, 0\.11 s\.\.1\.22 s \| 1\.30 s \| 4\.50 s \| 7\.29 s \| 7\.69 s \| 7\.18 s \| 2\.3k \| 2\.1k \| 2\.2k \/ 2\.1k \| 10000 \| 1001\.\.6000 ms \| 1025 \/ 3748 \/ 6487 ms \| 50% \| 27 ms \| 8% \| none \| 1\/1 \|/);
+  assert.match(table, /\| 10000 naive ws clients, drain 10000\/s \|.*\| 2\.47 s \|.*\| - \| - \|/);
+  assert.deepEqual(ratios(samples), []);
+  const svg = renderStormSvg(samples);
+  assert.equal((svg.match(/<polyline /g) ?? []).length, 4, 'per kind: client-side arrivals and B\'s counter');
+  assert.match(svg, /10000 SDK clients, drain 10000\/s: 99% back 7\.29 s after SIGTERM/);
+  assert.match(svg, /10000 naive ws clients, drain 10000\/s: 99% back 2\.47 s after SIGTERM/);
+});
+
+test('report merges runs: a later run\'s scenarios replace the same scenarios, and the method names it', () => {
+  const base = {
+    command: 'all', startedAt: '2026-01-01T00:00:00Z', finishedAt: '2026-01-01T00:10:00Z',
+    machine: { cpuModel: 'cpu', cores: 2, memGiB: 24, node: 'v20', kernel: '6' }, sluiceBuild: { commit: 'aaa', dirtyFiles: 0 },
+    rows: [], ratios: [], goals: [],
+  };
+  const old9 = { ...stormSample('sdk', 9999), variant: 'old' };
+  const s7: Sample = { ...stormSample('sdk', 1), scenario: 'S7', variant: '10000 sockets at 500/s, delay 1000 ms', extra: { secondsWithin: 1 } };
+  const first: RunRecord = { ...base, config: { repeats: 3, scenarios: { S7: { sockets: 10_000 } } }, samples: [s7, old9] };
+  const later: RunRecord = {
+    ...base, command: 's9', startedAt: '2026-01-02T00:00:00Z', finishedAt: '2026-01-02T00:01:00Z', sluiceBuild: { commit: 'bbb', dirtyFiles: 2 },
+    config: { scenarios: { S9: { clients: 10_000 } } }, samples: [stormSample('sdk', 7290), stormSample('naive', 2470)],
+  };
+  const m = mergeRuns(first, [{ file: 'benchmarks/runs/x-s9.json', rec: later }]);
+  assert.deepEqual(m.samples.map((x) => `${x.scenario} ${x.variant}`), ['S7 10000 sockets at 500/s, delay 1000 ms', 'S9 10000 SDK clients, drain 10000/s',
+    'S9 10000 naive ws clients, drain 10000/s']);
+  assert.deepEqual(m.config['scenarios'], { S7: { sockets: 10_000 }, S9: { clients: 10_000 } });
+  assert.equal(m.rows.length, 3);
+  assert.ok(m.goals.some((g) => g.goal.scenario === 'S7' && g.met === true));
+  const method = methodSection(m);
+  assert.match(method, /S9 from run `s9` \(`benchmarks\/runs\/x-s9\.json`\) from 2026-01-02T00:00:00Z to 2026-01-02T00:01:00Z, Sluice build `bbb` plus 2 uncommitted files/);
+  assert.match(method, /- S9 \(reconnect storm\):/);
+  assert.equal(mergeRuns(first, []), first);
+});
+
+test('S9 end to end on loopback, 40 clients: the SDK waits as told, the naive clients come back at once', { timeout: 90_000 }, async () => {
+  const lines: string[] = [];
+  const got = await runStorm({ targets: ['sluice'], repeats: 1, log: (l) => lines.push(l) },
+    { clients: 40, procs: 1, rate: 1000, delayMs: 0, concurrency: 20, maxWaitMs: 15_000, modes: ['sdk', 'naive'] });
+  assert.equal(got.length, 2, lines.join('\n'));
+  const [sdk, naive] = got as [Sample, Sample];
+  for (const s of got) {
+    const why = `${s.variant}: ${s.error ?? ''} ${JSON.stringify(s.extra)}\n${lines.join('\n')}`;
+    assert.equal(s.ok, true, why);
+    assert.equal(s.extra['reconnected'], 40, why);
+    assert.equal(s.extra['closeCodes'], '{"1012":40}', why);
+    assert.equal(s.extra['serverAccepted'], 40, 'B counted every client once');
+    assert.equal(s.extra['attemptsA'], 0, 'no client went back to the draining node');
+    assert.equal((s.timeline as Array<{ arrivals: number }>).reduce((a, b) => a + b.arrivals, 0), 40);
+  }
+  // The SDK: every wait at least the close's retryAfterMs (>= 1000 ms by default), so nobody is back within the first second.
+  assert.equal(sdk.extra['retrySeen'], 40);
+  assert.ok(Number(sdk.extra['retryMinMs']) >= 1000);
+  assert.ok(Number(sdk.extra['plannedMinMs']) >= Number(sdk.extra['retryMinMs']));
+  assert.ok(Number(sdk.extra['firstArrivalMs']) >= 1000, String(sdk.extra['firstArrivalMs']));
+  // The naive clients: back right after their close.
+  assert.ok(Number(naive.extra['firstArrivalMs']) < 1000, String(naive.extra['firstArrivalMs']));
+  assert.ok(Number(naive.extra['t99Ms']) < Number(sdk.extra['t99Ms']));
+});

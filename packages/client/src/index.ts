@@ -1,0 +1,22 @@
+export {
+  SluiceClient,
+  type ClientEvents,
+  type ClientState,
+  type ConnectedEvent,
+  type DisconnectedEvent,
+  type EventHandler,
+  type JoinResult,
+  type PublishOptions,
+  type PublishResult,
+  type ReconnectingEvent,
+  type RecoveredEvent,
+  type SluiceClientOptions,
+  type SluiceEvent,
+  type SubscribeOptions,
+  type Subscription,
+  type TokenRequest,
+} from './client.ts';
+export { SluiceError, type SluiceErrorCode, type SluiceErrorDetails } from './errors.ts';
+export type { WebSocketConstructor, WebSocketLike } from './socket.ts';
+export { afterClose, afterRefusal, type Backoff, DEFAULT_BACKOFF, type Disposition, fullJitter, parseReason, reconnectDelay } from './policy.ts';
+export { Pacer } from './pacer.ts';

@@ -1,0 +1,139 @@
+/**
+ * What the client does after a close or a refused upgrade, and how long it
+ * waits: pure functions of what the server said, unit-tested without sockets.
+ * The close table is PROTOCOL.md's, read from @sluice/protocol's closeSpecs so
+ * that gateway and client share one meaning per code.
+ */
+import { CloseCode, type CloseReason, closeSpecs } from '@sluice/protocol';
+import type { SluiceErrorCode } from './errors.ts';
+
+export interface Backoff {
+  /** Upper bound of the first wait (full jitter: the wait is uniform in [0, bound)). */
+  readonly initialMs: number;
+  /** The bound doubles per consecutive failure up to this. */
+  readonly maxMs: number;
+}
+
+export const DEFAULT_BACKOFF: Backoff = { initialMs: 500, maxMs: 30_000 };
+
+/**
+ * Full jitter (AWS architecture blog, "Exponential Backoff And Jitter"):
+ * uniform in [0, min(maxMs, initialMs * 2^failures)).
+ */
+export function fullJitter(failures: number, b: Backoff, random: () => number): number {
+  const bound = Math.min(b.maxMs, b.initialMs * 2 ** Math.min(failures, 30));
+  return Math.floor(clamp01(random()) * bound);
+}
+
+/**
+ * The wait before the next attempt. With a hint from the server
+ * (`retryAfterMs`, `Retry-After`), never less than the hint: the hint plus a
+ * full-jitter spread, so that clients told the same second do not all come
+ * back in it.
+ */
+export function reconnectDelay(failures: number, b: Backoff, random: () => number, hintMs: number | undefined): number {
+  return (hintMs === undefined ? 0 : Math.max(0, Math.ceil(hintMs))) + fullJitter(failures, b, random);
+}
+
+function clamp01(x: number): number {
+  return Number.isFinite(x) ? Math.min(Math.max(x, 0), 1 - Number.EPSILON) : 0;
+}
+
+/** What to do once a socket is gone, or an upgrade was refused. */
+export type Disposition =
+  | {
+      readonly kind: 'stop';
+      /** Surfaced on the `error` event and on every pending publish. */
+      readonly error: SluiceErrorCode;
+      readonly reason: string | undefined;
+    }
+  | {
+      readonly kind: 'reconnect';
+      /** The server's hint: wait at least this long. */
+      readonly retryAfterMs: number | undefined;
+      /** Ask the token callback for a fresh token (4001, 401). */
+      readonly refreshToken: boolean;
+      /** 1009: the largest publish in flight caused it; it must not be resent. */
+      readonly dropOversized: boolean;
+      /** Surfaced on the `error` event, while the client keeps trying (401). */
+      readonly report: SluiceErrorCode | undefined;
+      readonly reason: string | undefined;
+    };
+
+export interface ParsedReason {
+  readonly reason: string | undefined;
+  readonly retryAfterMs: number | undefined;
+}
+
+/** Reads a JSON close reason or refusal body, `{"reason":"...","retryAfterMs":N}`; anything else gives the raw text as reason. */
+export function parseReason(text: string): ParsedReason {
+  if (text === '') return { reason: undefined, retryAfterMs: undefined };
+  try {
+    const v = JSON.parse(text) as unknown;
+    if (typeof v === 'object' && v !== null) {
+      const o = v as { reason?: unknown; retryAfterMs?: unknown };
+      return {
+        reason: typeof o.reason === 'string' ? o.reason : undefined,
+        retryAfterMs: typeof o.retryAfterMs === 'number' && Number.isFinite(o.retryAfterMs) && o.retryAfterMs >= 0 ? o.retryAfterMs : undefined,
+      };
+    }
+  } catch {
+    // Not JSON: a close from something other than the gateway (a proxy, the browser).
+    return { reason: text, retryAfterMs: undefined };
+  }
+  return { reason: text, retryAfterMs: undefined };
+}
+
+const reconnect = (p: Partial<Omit<Extract<Disposition, { kind: 'reconnect' }>, 'kind'>> = {}): Disposition => ({
+  kind: 'reconnect', retryAfterMs: undefined, refreshToken: false, dropOversized: false, report: undefined, reason: undefined, ...p,
+});
+
+/** The close table of PROTOCOL.md, seen from the client. Codes it does not name (1006, 1011, 1001, ...) reconnect with backoff. */
+export function afterClose(code: number, reasonText: string): Disposition {
+  const { reason, retryAfterMs } = parseReason(reasonText);
+  const spec = reason !== undefined && reason in closeSpecs ? closeSpecs[reason as CloseReason] : undefined;
+  switch (code) {
+    case CloseCode.Policy:
+      // 1008 never reconnects, whatever its reason says.
+      return { kind: 'stop', error: reason === 'forbidden' ? 'forbidden' : 'abusive', reason };
+    case CloseCode.TooBig:
+      return reconnect({ dropOversized: true, reason });
+    case CloseCode.TokenExpired:
+      return reconnect({ refreshToken: true, reason });
+    case CloseCode.Restart:
+    case CloseCode.TryAgainLater:
+    case CloseCode.SlowConsumer:
+      return reconnect({ retryAfterMs, reason });
+    default:
+      // A reason the table says not to reconnect after, on a code it does not pair it with.
+      if (spec !== undefined && !spec.reconnect) return { kind: 'stop', error: reason === 'forbidden' ? 'forbidden' : 'abusive', reason };
+      return reconnect({ retryAfterMs, reason });
+  }
+}
+
+/**
+ * A refused upgrade (plain HTTP). Only clients that can see the response
+ * (`ws` in Node, through its `unexpected-response` event) get here; a browser
+ * sees a close with 1006 and backs off.
+ */
+export function afterRefusal(status: number, body: string, retryAfterHeader: string | undefined): Disposition {
+  const parsed = parseReason(body);
+  const headerMs = parseRetryAfter(retryAfterHeader);
+  // The body's milliseconds are exact; the header is whole seconds, rounded up.
+  const retryAfterMs = parsed.retryAfterMs ?? headerMs;
+  switch (status) {
+    case 401:
+      return reconnect({ refreshToken: true, report: 'unauthorized', reason: parsed.reason ?? 'unauthorized' });
+    case 403:
+      // Only the Origin check refuses with 403: retrying from the same page cannot succeed.
+      return { kind: 'stop', error: 'forbidden_origin', reason: parsed.reason ?? 'forbidden_origin' };
+    default:
+      return reconnect({ retryAfterMs, reason: parsed.reason ?? `http_${status}` });
+  }
+}
+
+/** `Retry-After` as delay-seconds; an HTTP date is not used by the gateway and is ignored. */
+export function parseRetryAfter(value: string | undefined): number | undefined {
+  if (value === undefined || !/^\s*\d+\s*$/.test(value)) return undefined;
+  return Number(value) * 1000;
+}

@@ -1,0 +1,59 @@
+/** A gateway that refuses the upgrade with 503: the client waits as told, and tries another URL first. */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Client, eventually, type Gateway, ofType, sdk, startGateway } from './helpers.ts';
+
+describe('503 at the upgrade', () => {
+  let full: Gateway;
+  let open: Gateway;
+  let occupant: Client;
+  before(async () => {
+    // One socket fills `full`; its 503s carry retryAfterMs in [700, 900].
+    [full, open] = await Promise.all([
+      startGateway({ WS_MAX_SOCKETS: '1', WS_RETRY_AFTER_MIN_MS: '700', WS_RETRY_AFTER_MAX_MS: '900' }),
+      startGateway(),
+    ]);
+    occupant = await Client.connect(full.url());
+  });
+  after(async () => {
+    for (const gw of [full, open]) assert.equal(await gw.stop(), 0, gw.stderr());
+  });
+
+  test('waits at least retryAfterMs between attempts, then gets in once there is room', async () => {
+    const { client, tap, log } = sdk({ url: full.url(), backoff: { initialMs: 10 } });
+    client.connect();
+    await eventually(() => ofType(log, 'reconnecting').length >= 3, 10_000);
+    occupant.close();
+    await eventually(() => client.state === 'open', 10_000);
+    const waits = ofType(log, 'reconnecting');
+    for (const w of waits) {
+      assert.equal(w.ev.status, 503);
+      assert.equal(w.ev.reason, 'unavailable');
+      assert.ok(w.ev.retryAfterMs! >= 700 && w.ev.retryAfterMs! <= 900, `hint ${w.ev.retryAfterMs}`);
+      assert.ok(w.ev.inMs >= w.ev.retryAfterMs!, `announced ${w.ev.inMs} ms for a hint of ${w.ev.retryAfterMs}`);
+    }
+    // Measured between socket creations: every retry came after at least the hint the refusal before it gave.
+    const starts = tap.sockets.map((s) => s.createdAt);
+    assert.ok(starts.length >= 4);
+    for (let i = 1; i < starts.length; i++) {
+      const hint = waits[i - 1]!.ev.retryAfterMs!;
+      assert.ok(starts[i]! - starts[i - 1]! >= hint, `attempt ${i + 1} came ${starts[i]! - starts[i - 1]!} ms after a ${hint} ms hint`);
+    }
+    assert.equal(ofType(log, 'disconnected').length, 0, 'a refused attempt is not a disconnect');
+    await client.close();
+  });
+
+  test('with a list of URLs, the next attempt skips the one that just refused', async () => {
+    occupant = await Client.connect(full.url());
+    // random() = 0 picks the first candidate: `full` first, then, skipping it, `open`.
+    const { client, tap, log } = sdk({ url: [full.url(), open.url()], random: () => 0 });
+    client.connect();
+    await eventually(() => client.state === 'open', 10_000);
+    assert.deepEqual(tap.sockets.map((s) => s.url), [full.url(), open.url()]);
+    assert.equal(ofType(log, 'connected')[0]!.ev.url, open.url());
+    const wait = ofType(log, 'reconnecting')[0]!.ev;
+    assert.ok(wait.inMs >= wait.retryAfterMs! && wait.retryAfterMs! >= 700, 'the hint holds even when going elsewhere');
+    await client.close();
+    occupant.close();
+  });
+});

@@ -29,12 +29,13 @@ describe('WS_AUTH=jwt', () => {
 
   test('token expiry: 4001, a fresh token is asked for with refresh: true, the client reconnects and resumes with since, missing nothing', async () => {
     const asked: TokenRequest[] = [];
-    // The first token expires within 1-2 s (exp is whole seconds); the next ones live long.
+    // The first token expires 1.5-2.5 s from now (exp is whole seconds: at
+    // least 1.5 s, so that a slow connect still gets in before it); the next ones live long.
     const { client, tap, log } = sdk({
       url: gw.url(),
       token: async (req) => {
         asked.push(req);
-        return token({}, asked.length === 1 ? 1500 : 600_000);
+        return token({}, asked.length === 1 ? 2500 : 600_000);
       },
     });
     const got: { id?: string; data: unknown }[] = [];

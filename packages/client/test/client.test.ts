@@ -173,6 +173,25 @@ describe('one gateway, defaults', () => {
     await p.close();
     await client.close();
   });
+
+  test('a publish stored but whose ack was lost is resent after the reconnect with the same key: one event, the first id', async () => {
+    const { client, tap, log } = sdk({ url: gw.url(), heartbeatMs: 300, backoff: { initialMs: 50 } });
+    client.connect();
+    await client.publish('lost:1', 'before');
+    tap.last.pauseReading();
+    const p = client.publish('lost:1', 'lost-ack');
+    // The gateway stores it and acks; the ack sits unread until the heartbeat gives the socket up.
+    const r = await p;
+    assert.equal(ofType(log, 'disconnected')[0]!.ev.reason, 'heartbeat_timeout');
+    const sends = tap.sentOfType('publish').filter((w) => w.frame.data === 'lost-ack');
+    assert.equal(sends.length, 2, 'sent on both sockets');
+    assert.equal(sends[0]!.frame.idempotencyKey, sends[1]!.frame.idempotencyKey);
+    assert.equal(r.duplicate, true, 'the resend was recognised');
+    const events = (await history(gw, 'lost:1')).filter((e) => e.data === 'lost-ack');
+    assert.equal(events.length, 1);
+    assert.equal(events[0]!.id, r.id);
+    await client.close();
+  });
 });
 
 describe('subscriptions', () => {

@@ -22,6 +22,11 @@ export interface LimitStats {
   fallbacks: number;
 }
 
+/** A tenant's key in the window store; IP keys are `ip:<address>`, so the two never meet. */
+export function tenantWindowKey(tenant: string): string {
+  return `t:${tenant}`;
+}
+
 /** How often due settles are looked for: a fraction of the limiter's gap between settles. */
 const TICK_MS = 5;
 
@@ -86,9 +91,13 @@ export class Limits {
     if (this.timer !== undefined) clearInterval(this.timer);
   }
 
-  /** A publish by `tenant`: 0 when it may go on, else the ms to tell the client to wait. */
-  publish(tenant: string, now: number): number {
-    return this.tenant.limiter.hit(`t:${tenant}`, now);
+  /**
+   * A publish under a tenant's window key (`tenantWindowKey`, made once per
+   * socket at the upgrade: nothing is built per frame): 0 when it may go on,
+   * else the ms to tell the client to wait.
+   */
+  publish(windowKey: string, now: number): number {
+    return this.tenant.limiter.hit(windowKey, now);
   }
 
   /**

@@ -18,7 +18,7 @@ import { counterFrom, createLogger, gaugeFrom, type Logger, registerEventLoopSta
 import { tokenFrom, Verifier } from './auth.ts';
 import type { FromShardControl, ToShardControl } from './control.ts';
 import { ExpiryTimers } from './expiry.ts';
-import { Limits } from './limits.ts';
+import { Limits, tenantWindowKey } from './limits.ts';
 import { MeshBroker } from './mesh-broker.ts';
 import { RedisBroker } from './redis-broker.ts';
 import type { ShardBroker } from './shard-broker.ts';
@@ -53,6 +53,8 @@ interface SocketData extends FixedWindowState, LaneData {
   readonly id: string;
   /** Who the socket is: fixed at the upgrade, never changed. */
   readonly tenant: string;
+  /** The tenant's publish-window key, made once here rather than per frame. */
+  readonly tenantWindowKey: string;
   readonly user: string;
   /** The client address (X-Forwarded-For only behind WS_TRUST_PROXY). */
   readonly ip: string;
@@ -415,6 +417,7 @@ class Shard {
     const data: SocketData = {
       id: `${this.task.nodeId}.${this.task.shard}.${this.task.generation}.${(++this.seq).toString(36)}`,
       tenant: who.tenant,
+      tenantWindowKey: tenantWindowKey(who.tenant),
       user: who.user,
       ip,
       join: who.join,
@@ -542,7 +545,7 @@ class Shard {
       this.reject(ws, d, f.ref, 'forbidden', undefined, `the token does not allow publishing to ${f.topic}`);
       return;
     }
-    const wait = this.limits.publish(d.tenant, Date.now());
+    const wait = this.limits.publish(d.tenantWindowKey, Date.now());
     if (wait !== 0) {
       this.reject(ws, d, f.ref, 'tenant_rate_limited', wait);
       return;

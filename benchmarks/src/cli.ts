@@ -1,4 +1,4 @@
-// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|s7|s8|s9|report> [options]`.
+// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|s7|s8|s9|s10|report> [options]`.
 // See benchmarks/README.md for what each command runs and what the columns mean.
 
 import { execFileSync } from 'node:child_process';
@@ -17,6 +17,7 @@ import { runSlow, S6_DEFAULT, type SlowConfig } from './scenarios/slow.ts';
 import { runDrain, S7_DEFAULT, type DrainConfig } from './scenarios/drain.ts';
 import { runCrossNode, S8_DEFAULT, type CrossConfig } from './scenarios/crossnode.ts';
 import { runStorm, S9_DEFAULT, type StormConfig } from './scenarios/storm.ts';
+import { runMetrics, S10_DEFAULT, type MetricsConfig } from './scenarios/metrics.ts';
 import type { RunOptions, Sample } from './scenarios/common.ts';
 import { ratios, rows } from './report/summary.ts';
 import { checkGates, checkGoals } from './report/gates.ts';
@@ -24,7 +25,7 @@ import { gatesTable, goalsTable, mergeRuns, methodSection, ratiosTable, renderDr
 
 const USAGE = `usage: cli.ts <command> [options]
 commands:
-  all        S1, S2, S3, S4+S5 against every target, S6 against sluice and ws (1 repeat), S7, S8 against sluice (2 repeats), S9;
+  all        S1, S2, S3, S4+S5 against every target, S6 against sluice and ws (1 repeat), S7, S8 against sluice (2 repeats), S9, S10 (1 repeat);
              writes runs/*.json, results.md, results.svg
   ci         short S1 (32 B), S3, S4 against sluice, uws, ws; exits 1 when a gate fails
   s1 | s2 | s3 | s4 | s5   one scenario alone (s4 and s5 share one connect run)
@@ -37,6 +38,9 @@ commands:
   s9         reconnect storm: --sockets (10000) clients in --procs (4) processes on node A, drained at --rate (10000)/s after
              --delay-ms (100); arrivals at node B per 100 ms until 99% are back, SDK clients then naive ws clients, each on
              fresh nodes; writes results-s9.svg (also part of all)
+  s10        /metrics render time: sluice (2 workers) with 0, then --sockets (10000) idle sockets on --topics (4) topics, then
+             with traffic (--rate (10) publishes/s per generator process, --admin-rate (5)/s on the admin API); --scrapes (50)
+             sequential GETs and --bursts (5) of --burst (10) at once per phase; default 3 repeats (also part of all, once)
   report <run.json> [more.json ...]   rewrite results.md and results.svg from a saved run; the scenarios of each later
              run replace the same scenarios of the earlier ones
 options:
@@ -45,7 +49,7 @@ options:
   --measure-ms n     measurement window (S1-S3, S8)
   --warmup-ms n      warm-up before the window (S1-S3, S8)
   --procs n          load-generator processes (S3, S8: subscriber processes; S9: client processes)
-  --sockets n        sockets (S1, S2, S4/S5, S7), clients per kind (S9)
+  --sockets n        sockets (S1, S2, S4/S5, S7, S10), clients per kind (S9)
   --subscribers n    subscribers (S3, S8)
   --sizes a,b        payload sizes in bytes (S1)
   --depth n          frames in flight per socket (S1, S2) or acks in flight (S3, S8)
@@ -60,6 +64,10 @@ options:
   --rate n           S7, S9: WS_DRAIN_RATE, closes per second for the node (default 500; S9: 10000)
   --delay-ms n       S7, S9: WS_DRAIN_DELAY_MS (default 1000; S9: 100)
   --nodes n          S8: gateway processes on the one redis-server (default 2)
+  --scrapes n        S10: sequential GET /metrics per phase (default 50)
+  --bursts n         S10: bursts of concurrent GETs per phase (default 5); --burst n: GETs per burst (default 10)
+  --topics n         S10: topics (default 4); every socket joins 2 of them
+  --admin-rate n     S10: admin-API publishes per second in the traffic phase (default 5); --rate: each generator's publisher (10)
   --no-report        (all) do not rewrite results.md / results.svg`;
 
 interface Cli {
@@ -69,7 +77,7 @@ interface Cli {
     targets?: string; repeats?: string; 'measure-ms'?: string; 'warmup-ms'?: string; procs?: string; sockets?: string;
     subscribers?: string; window?: string; sizes?: string; depth?: string; concurrency?: string; ephemeral?: boolean; 'no-report'?: boolean; help?: boolean;
     seconds?: string; healthy?: string; stalled?: string; size?: string; 'rss-limit-mib'?: string; rate?: string; 'delay-ms'?: string;
-    nodes?: string;
+    nodes?: string; scrapes?: string; bursts?: string; burst?: string; topics?: string; 'admin-rate'?: string;
   };
 }
 
@@ -82,6 +90,7 @@ function parse(): Cli {
       depth: { type: 'string' }, concurrency: { type: 'string' }, ephemeral: { type: 'boolean' }, 'no-report': { type: 'boolean' },
       seconds: { type: 'string' }, healthy: { type: 'string' }, stalled: { type: 'string' }, size: { type: 'string' }, 'rss-limit-mib': { type: 'string' },
       rate: { type: 'string' }, 'delay-ms': { type: 'string' }, nodes: { type: 'string' },
+      scrapes: { type: 'string' }, bursts: { type: 'string' }, burst: { type: 'string' }, topics: { type: 'string' }, 'admin-rate': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -180,10 +189,10 @@ async function main(): Promise<number> {
 
   assertNativeUws();
   const isCi = cli.command === 'ci';
-  const scenarios = isCi ? ['s1', 's3', 's4'] : cli.command === 'all' ? ['s1', 's2', 's3', 's45', 's6', 's7', 's8', 's9'] : [cli.command];
-  for (const s of scenarios) if (!['s1', 's2', 's3', 's4', 's5', 's45', 's6', 's7', 's8', 's9'].includes(s)) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
+  const scenarios = isCi ? ['s1', 's3', 's4'] : cli.command === 'all' ? ['s1', 's2', 's3', 's45', 's6', 's7', 's8', 's9', 's10'] : [cli.command];
+  for (const s of scenarios) if (!['s1', 's2', 's3', 's4', 's5', 's45', 's6', 's7', 's8', 's9', 's10'].includes(s)) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
   const defaultTargets: readonly TargetName[] = isCi ? ['sluice', 'uws', 'ws'] : cli.command === 's6' ? ['sluice', 'ws']
-    : cli.command === 's8' || cli.command === 's9' ? ['sluice'] : ALL_TARGETS;
+    : cli.command === 's8' || cli.command === 's9' || cli.command === 's10' ? ['sluice'] : ALL_TARGETS;
   let targets = targetsOf(v.targets, defaultTargets);
   if (!gatewayAvailable() && targets.some((t) => t.startsWith('sluice'))) {
     if (isCi) throw new Error('apps/gateway/src/main.ts does not exist: the CI gate needs the gateway');
@@ -270,6 +279,27 @@ async function main(): Promise<number> {
   };
   if (cli.command === 's9' && !gatewayAvailable()) throw new Error('apps/gateway/src/main.ts does not exist: S9 needs the gateway');
 
+  // S10 takes --sockets, --procs, --concurrency and --rate when run alone; in `all`, its defaults, once.
+  const zeroOk = (x: string | undefined, name: string): number | undefined => (x === '0' ? 0 : int(x, name));
+  const s10: MetricsConfig = cli.command !== 's10' ? { ...S10_DEFAULT } : {
+    ...S10_DEFAULT,
+    ...(sockets !== undefined ? { sockets } : {}), ...(procs !== undefined ? { procs } : {}),
+    ...(int(v.concurrency, 'concurrency') !== undefined ? { concurrency: int(v.concurrency, 'concurrency')! } : {}),
+    ...(int(v.rate, 'rate') !== undefined ? { rate: int(v.rate, 'rate')! } : {}),
+    ...(zeroOk(v['admin-rate'], 'admin-rate') !== undefined ? { adminRate: zeroOk(v['admin-rate'], 'admin-rate')! } : {}),
+    ...(int(v.scrapes, 'scrapes') !== undefined ? { scrapes: int(v.scrapes, 'scrapes')! } : {}),
+    ...(zeroOk(v.bursts, 'bursts') !== undefined ? { bursts: zeroOk(v.bursts, 'bursts')! } : {}),
+    ...(int(v.burst, 'burst') !== undefined ? { burst: int(v.burst, 'burst')! } : {}),
+    ...(int(v.topics, 'topics') !== undefined ? { topics: int(v.topics, 'topics')! } : {}),
+  };
+  if (s10.joins > s10.topics) s10.joins = s10.topics;
+  if (cli.command === 's10' && !gatewayAvailable()) throw new Error('apps/gateway/src/main.ts does not exist: S10 needs the gateway');
+  const s10Opts = (base: RunOptions): RunOptions => ({
+    ...base,
+    targets: base.targets.filter((t) => (cli.command === 's10' ? t.startsWith('sluice') : t === 'sluice')),
+    repeats: cli.command === 's10' ? (int(v.repeats, 'repeats') ?? 3) : 1,
+  });
+
   const startedAt = new Date().toISOString();
   const buildAtStart = sluiceBuild();
   const t0 = performance.now();
@@ -322,6 +352,12 @@ async function main(): Promise<number> {
         writeFileSync(join(BENCH_ROOT, 'results-s9.svg'), renderStormSvg(got));
         log('  wrote benchmarks/results-s9.svg');
       }
+    }
+    if (s === 's10' && gatewayAvailable() && s10Opts(opts).targets.length > 0) {
+      const o = s10Opts(opts);
+      log(`S10: ${JSON.stringify(s10)} targets ${o.targets.join(',')} repeats ${o.repeats}`);
+      used['S10'] = { ...s10, repeats: o.repeats };
+      samples.push(...await runMetrics(o, s10));
     }
   }
 

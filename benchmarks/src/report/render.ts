@@ -91,12 +91,13 @@ const SCENARIO_TITLE: Record<ScenarioId, string> = {
   S7: 'S7 drain pacing',
   S8: 'S8 cross-node fan-out (cluster mode, one Redis)',
   S9: 'S9 reconnect storm (node A drained, arrivals at node B)',
+  S10: 'S10 /metrics render time (admin port, 0 and 10k sockets)',
 };
 
 /** One table per scenario with every target's medians; used by the terminal and results.md. */
 export function rowsTables(rowsList: readonly Row[]): string {
   const parts: string[] = [];
-  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8', 'S9'] as const) {
+  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8', 'S9', 'S10'] as const) {
     const rs = rowsList.filter((r) => r.scenario === sc);
     if (rs.length === 0) continue;
     parts.push(`### ${SCENARIO_TITLE[sc]}`);
@@ -119,6 +120,8 @@ export function rowsTables(rowsList: readonly Row[]): string {
       parts.push(s8Table(rs, status));
     } else if (sc === 'S9') {
       parts.push(s9Table(rs, status));
+    } else if (sc === 'S10') {
+      parts.push(s10Table(rs, status));
     } else {
       parts.push(table(
         ['variant', 'target', 'server CPU per upgrade', 'upgrades/server-CPU-s', 'connect p99', 'longest stall (max of runs)', 'server CPU', 'busiest generator', 'other load', 'ok runs'],
@@ -214,6 +217,27 @@ export function s9Table(rs: readonly Row[], status: (r: Row) => string): string 
         Number.isFinite(x(r, 'retryMinMs')) ? `${f(x(r, 'retryMinMs'))}..${f(x(r, 'retryMaxMs'))} ms` : '-',
         Number.isFinite(x(r, 'plannedMinMs')) ? `${f(x(r, 'plannedMinMs'))} / ${f(x(r, 'plannedMedianMs'))} / ${f(x(r, 'plannedMaxMs'))} ms` : '-',
         pct(x(r, 'peakServerCpu')), fmtMs(x(r, 'stallMaxMsB')), pct(r.otherUtil), n(r, 'findings') === '' ? 'none' : n(r, 'findings'), status(r)]),
+    );
+}
+
+export function s10Table(rs: readonly Row[], status: (r: Row) => string): string {
+  const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
+  const ms = (v: number): string => (Number.isFinite(v) ? `${v.toFixed(v >= 10 ? 0 : 1)} ms` : 'n/a');
+  const cpu = (v: number): string => (Number.isFinite(v) ? `${Math.max(0, v).toFixed(v >= 10 ? 0 : 1)}` : 'n/a');
+  return 'One gateway per repeat (2 shard threads), measured with nothing connected, then with the sockets open and idle (each joined to ' +
+    'a few topics), then with traffic (paced publishers and admin publishes fanning out to the sockets). Render: client-observed GET /metrics on the ' +
+    'admin port over loopback, request to last byte, keep-alive; `sequential`: one at a time with a pause between; `burst`: that many at once. ' +
+    '`CPU per scrape`: thread CPU (schedstat) over the sequential scrapes less the same thread\'s rate in a quiet window without scrapes, ' +
+    'coordinator (main thread) / shard threads / other threads of the process, ms. Medians over repeats (max: the median of each repeat\'s max).\n\n' +
+    table(
+      ['variant', 'target', 'deliveries/s', 'sequential p50', 'p99', 'max', 'burst (size) p50 / p99 / max', 'burst done', 'bytes', 'series (families, histograms)',
+        'CPU per scrape ms: coord / shards / other', 'server CPU without scrapes', 'other load', 'within 50 ms', 'ok runs'],
+      rs.map((r) => [r.variant, PEER_LABEL[r.target], Number.isFinite(x(r, 'deliveriesPerS')) && x(r, 'deliveriesPerS') > 0 ? fmtInt(x(r, 'deliveriesPerS')) : '-',
+        ms(x(r, 'seqP50Ms')), ms(x(r, 'seqP99Ms')), ms(x(r, 'seqMaxMs')),
+        `(${x(r, 'burstSize').toFixed(0)}) ${ms(x(r, 'burstP50Ms'))} / ${ms(x(r, 'burstP99Ms'))} / ${ms(x(r, 'burstMaxMs'))}`, ms(x(r, 'burstWallMaxMs')),
+        fmtInt(x(r, 'bytes')), `${x(r, 'series').toFixed(0)} (${x(r, 'families').toFixed(0)}, ${x(r, 'histogramFamilies').toFixed(0)})`,
+        `${cpu(x(r, 'coordinatorCpuPerScrapeMs'))} / ${cpu(x(r, 'shardsCpuPerScrapeMs'))} / ${cpu(x(r, 'otherThreadsCpuPerScrapeMs'))}`,
+        pct(x(r, 'quietServerUtil')), pct(r.otherUtil), x(r, 'seqP99Ms') <= 50 ? 'yes' : '**no**', status(r)]),
     );
 }
 
@@ -348,7 +372,8 @@ export function goalsTable(goals: readonly GoalResult[]): string {
   return 'A goal with several variants (S1: 32 B and 1 KB) is held against the worse of them.\n\n' + table(['goal', 'Sluice build', 'measured', 'met'], goals.map((g) => {
     const f = g.goal.field;
     const v = f === 'rssPerSocketBytes' || f === 'rssGrowthPerStalledBytes' ? fmtBytes(g.measured)
-      : f === 'rssSlopeBytesPerS' ? `${fmtBytes(g.measured)}/s` : f === 'stallMaxMs' ? fmtMs(g.measured) : f === 'drainSecondsWithin' ? pct(g.measured) : fmtRatio(g.measured);
+      : f === 'rssSlopeBytesPerS' ? `${fmtBytes(g.measured)}/s` : f === 'stallMaxMs' ? fmtMs(g.measured)
+      : f === 'renderP99Ms' ? (Number.isFinite(g.measured) ? `${g.measured.toFixed(1)} ms` : 'n/a') : f === 'drainSecondsWithin' ? pct(g.measured) : fmtRatio(g.measured);
     return [g.goal.text, PEER_LABEL[g.sluice], v, g.met === null ? 'not measured' : g.met ? 'yes' : '**no**'];
   }));
 }

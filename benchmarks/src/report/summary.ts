@@ -38,6 +38,8 @@ export interface Row {
   p99VsBaseline: number;
   /** S7 goal: share of whole seconds after the drain delay with closes within +-20% of the target rate. */
   drainSecondsWithin: number;
+  /** S10 goal: p99 of sequential /metrics renders, ms, in the run with 10k sockets (and traffic, when it ran). */
+  renderP99Ms: number;
   /** Median of every numeric `extra` field over the successful repeats. */
   extras: Record<string, number>;
   /** Every string `extra` field, distinct values over the successful repeats joined with " / ". */
@@ -58,13 +60,14 @@ export const HEADLINE: Record<ScenarioId, { key: HeadlineKey; higherIsBetter: bo
   S7: { key: 'perServerCpuS', higherIsBetter: true, label: 'closes per server-CPU-s' },
   S8: { key: 'perServerCpuS', higherIsBetter: true, label: 'deliveries per gateway-CPU-s' },
   S9: { key: 'perServerCpuS', higherIsBetter: true, label: 'reconnects per node-B-CPU-s' },
+  S10: { key: 'p99Us', higherIsBetter: false, label: '/metrics render p99' },
 };
 
 /**
  * Scenarios without a Sluice/peer ratio: S6 is judged against its own run without stalled sockets; S7, S8 and S9 run Sluice only
- * (S8: against its own single node; S9: SDK clients against naive ones).
+ * (S8: against its own single node; S9: SDK clients against naive ones; S10: against its own run with 0 sockets).
  */
-const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7', 'S8', 'S9']);
+const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7', 'S8', 'S9', 'S10']);
 
 function extraNum(s: Sample, k: string): number {
   const v = s.extra[k];
@@ -123,6 +126,7 @@ export function rows(samples: readonly Sample[]): Row[] {
       rssSlopeBytesPerS: median(ok.map((s) => extraNum(s, 'goalRssSlopeBytesPerS'))),
       p99VsBaseline: median(ok.map((s) => extraNum(s, 'p99VsBaseline'))),
       drainSecondsWithin: median(ok.map((s) => extraNum(s, 'secondsWithin'))),
+      renderP99Ms: median(ok.map((s) => extraNum(s, 'goalRenderP99Ms'))),
       extras: extrasMedians(ok),
       notes: extrasNotes(ok),
       errors: [...new Set(g.filter((s) => !s.ok).map((s) => s.error ?? 'failed'))],

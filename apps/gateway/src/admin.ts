@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import type { Config, PublishRequest, PublishResult } from '@sluice/core';
-import { decodeFrameObject, TOPIC_PATTERN } from '@sluice/protocol';
+import { decodeFrameObject, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
 
 export interface AdminDeps {
@@ -51,7 +51,7 @@ export function createAdminServer(deps: AdminDeps): Server {
         readBody(req, deps.config.hardMaxFrameBytes).then(
           (body) => {
             if (body === undefined) return json(res, 413, { reason: 'payload_too_large' });
-            return publish(deps, body, res);
+            return publish(deps, req, body, res);
           },
           () => json(res, 400, { reason: 'bad_request', message: 'request body could not be read' }),
         );
@@ -67,7 +67,7 @@ export function createAdminServer(deps: AdminDeps): Server {
   });
 }
 
-async function publish(deps: AdminDeps, body: string, res: ServerResponse): Promise<void> {
+async function publish(deps: AdminDeps, req: IncomingMessage, body: string, res: ServerResponse): Promise<void> {
   let raw: unknown;
   try {
     raw = JSON.parse(body);
@@ -86,8 +86,11 @@ async function publish(deps: AdminDeps, body: string, res: ServerResponse): Prom
   if (!r.ok) return json(res, 400, { reason: 'bad_request', message: r.message });
   if (r.frame.type !== 'publish') return json(res, 400, { reason: 'bad_request' });
   const f = r.frame;
+  // W3C Trace Context: the body's field, else the request's header (an invalid header is ignored, as the spec says).
+  const header = req.headers.traceparent;
+  const traceparent = f.traceparent ?? (typeof header === 'string' && TRACEPARENT_PATTERN.test(header) ? header : undefined);
   const result = await deps.publish({ tenant, topic: f.topic, dataJson: f.dataJson, cls: f.cls, key: f.key,
-    idempotencyKey: f.idempotencyKey, traceparent: f.traceparent });
+    idempotencyKey: f.idempotencyKey, traceparent });
   if (!result.ok) return json(res, 503, { reason: result.reason });
   const out: Record<string, unknown> = {};
   if (result.id !== undefined) out.id = result.id;

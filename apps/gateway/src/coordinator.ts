@@ -10,8 +10,8 @@ import { randomBytes } from 'node:crypto';
 import { Piscina } from 'piscina';
 import { type Config, type DrainPace, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, shareBudget, type PublishRequest,
   type PublishResult, redactedConfig, topicKey } from '@sluice/core';
-import { aggregateMetrics, counterFrom, gaugeFrom, type Logger, type MetricsJson, registerEventLoopStall,
-  registerProcessMetrics, Registry } from '@sluice/telemetry';
+import { aggregateMetrics, counterFrom, endWithError, gaugeFrom, type Logger, type MetricsJson, registerEventLoopStall,
+  registerProcessMetrics, registerThreadMetrics, Registry, SpanKind, startSpan, type Tracer, traceparentOf } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
 import type { FromShardControl, ToShardControl } from './control.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
@@ -57,6 +57,9 @@ export class Coordinator {
   private rid = 0;
   private draining = false;
   private cutDrain = false;
+  /** The drain in progress: when it began and what the configuration implies for its length (both 0 when none). */
+  private drainStartedAt = 0;
+  private drainExpectedMs = 0;
   /** Cluster mode: the coordinator's own connection, which tells readiness whether Redis is reachable. */
   private redis: RedisClient | undefined;
   private redisOutages = 0;
@@ -66,7 +69,7 @@ export class Coordinator {
   constructor(
     private readonly config: Config,
     private readonly log: Logger,
-    private readonly opts: { testHooks: boolean; onDrainRequest?: () => void },
+    private readonly opts: { testHooks: boolean; onDrainRequest?: () => void; tracer?: Tracer | null },
   ) {
     this.registerMetrics();
   }
@@ -145,6 +148,8 @@ export class Coordinator {
     const sockets = this.shared.totalSockets(cfg.workers);
     this.shared.set(Flag.Draining);
     this.draining = true;
+    this.drainStartedAt = started;
+    this.drainExpectedMs = Math.min(cfg.drainMaxMs, cfg.drainDelayMs + (sockets * 1000) / cfg.drainRate);
     this.log.info({ reason, sockets, delayMs: cfg.drainDelayMs, rate: cfg.drainRate, maxMs: cfg.drainMaxMs }, 'drain started');
     const closingAt = started + Math.min(cfg.drainDelayMs, cfg.drainMaxMs);
     while (Date.now() < closingAt && !this.cutDrain) await delay(Math.min(DRAIN_TICK_MS, closingAt - Date.now()));
@@ -303,11 +308,22 @@ export class Coordinator {
    * in cluster mode any shard publishes to Redis, so a restarting owner is
    * stood in for by another.
    */
-  private publish(req: PublishRequest): Promise<PublishResult> {
+  private async publish(req: PublishRequest): Promise<PublishResult> {
     const owner = ownerOf(topicKey(req.tenant, req.topic), this.config.workers);
     const link = this.links.get(owner) ?? (this.config.redisUrl === undefined ? undefined : this.links.values().next().value);
-    if (link === undefined) return Promise.resolve({ ok: false, reason: 'unavailable' });
-    return this.ask<PublishResult>(link, (rid) => ({ op: 'publish', rid, req }), { ok: false, reason: 'unavailable' }, 5000);
+    const tracer = this.opts.tracer;
+    // `sluice.http.publish`: a child of the request's traceparent; the shard's publish span is its child.
+    const span = tracer === null || tracer === undefined ? undefined : startSpan(tracer, 'sluice.http.publish', SpanKind.SERVER,
+      req.traceparent, { 'http.request.method': 'POST', 'http.route': '/v1/publish', 'messaging.destination.name': req.topic,
+        'sluice.tenant': req.tenant });
+    const sent = span === undefined ? req : { ...req, traceparent: traceparentOf(span) };
+    const res = link === undefined ? { ok: false as const, reason: 'unavailable' as const }
+      : await this.ask<PublishResult>(link, (rid) => ({ op: 'publish', rid, req: sent }), { ok: false, reason: 'unavailable' }, 5000);
+    if (span !== undefined) {
+      if (res.ok) span.end();
+      else endWithError(span, res.reason);
+    }
+    return res;
   }
 
   private async metrics(): Promise<{ text: string; contentType: string }> {
@@ -367,6 +383,13 @@ export class Coordinator {
     registerEventLoopStall(r);
     counterFrom(r, 'sluice_shard_restarts_total', 'Shard threads restarted after a crash.', undefined, () => this.restarts);
     gaugeFrom(r, 'sluice_draining', '1 while the node drains, else 0.', () => (this.draining ? 1 : 0), 'max');
+    gaugeFrom(r, 'sluice_drain_elapsed_seconds', 'Seconds since the drain in progress began; 0 when none.',
+      () => (this.drainStartedAt === 0 ? 0 : (Date.now() - this.drainStartedAt) / 1000), 'max');
+    gaugeFrom(r, 'sluice_drain_expected_seconds',
+      'What the configuration implies for the drain in progress: WS_DRAIN_DELAY_MS plus its sockets at the start / WS_DRAIN_RATE, at most WS_DRAIN_MAX_MS; 0 when none.',
+      () => this.drainExpectedMs / 1000, 'max');
+    gaugeFrom(r, 'sluice_drain_max_seconds', 'WS_DRAIN_MAX_MS in seconds: no drain lasts longer.', () => this.config.drainMaxMs / 1000, 'max');
+    registerThreadMetrics(r, 'coordinator');
     gaugeFrom(r, 'sluice_ready', '1 while the node accepts new sockets, else 0.',
       () => (this.shared.ready(this.config.workers, this.config.maxSockets) ? 1 : 0), 'max');
   }

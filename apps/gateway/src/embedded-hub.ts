@@ -77,7 +77,7 @@ export class EmbeddedHub {
     }
     const set = this.subscribers.get(key);
     if (set !== undefined) {
-      const d: Delivery = { topic: key, frame, id, cls: req.cls, key: req.key };
+      const d: Delivery = { topic: key, frame, id, cls: req.cls, key: req.key, at: now };
       for (const shard of set) this.links.get(shard)?.deliver(d);
     }
     return { ok: true, id, duplicate: false };

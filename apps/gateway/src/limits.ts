@@ -18,6 +18,8 @@ export type LocalSettle = (hits: readonly WindowHit[], limit: number, windowMs: 
 export interface LimitStats {
   /** Batches settled, by store. */
   readonly settles: { redis: number; local: number };
+  /** Keys settled in those batches, by store (a batch holds one entry per key). */
+  readonly settled: { redis: number; local: number };
   /** Batches Redis failed and the local store took instead. */
   fallbacks: number;
 }
@@ -67,13 +69,15 @@ export class Limits {
   private readonly redis: WindowStore | undefined;
   private redisFailing = false;
   private timer: NodeJS.Timeout | undefined;
-  readonly stats: LimitStats = { settles: { redis: 0, local: 0 }, fallbacks: 0 };
+  readonly stats: LimitStats = { settles: { redis: 0, local: 0 }, settled: { redis: 0, local: 0 }, fallbacks: 0 };
 
   constructor(
     cfg: Config,
     client: RedisClient | undefined,
     private readonly local: LocalSettle,
     private readonly log: Logger,
+    /** How long each Redis settle took (answered or failed), in seconds. */
+    private readonly timing: (seconds: number) => void = () => {},
   ) {
     this.tenant = new Window(cfg.tenantMsgLimit, cfg.tenantWindowMs, this);
     this.ipLimit = cfg.ipConnectLimit;
@@ -139,15 +143,19 @@ export class Limits {
 
   async settle(batch: readonly WindowHit[], limit: number, windowMs: number, now: number): Promise<readonly WindowState[]> {
     if (this.redis !== undefined) {
+      const t0 = performance.now();
       try {
         const states = await this.redis.settle(batch, limit, windowMs, now);
+        this.timing((performance.now() - t0) / 1000);
         this.stats.settles.redis++;
+        this.stats.settled.redis += batch.length;
         if (this.redisFailing) {
           this.redisFailing = false;
           this.log.info('limits settle with redis again');
         }
         return states;
       } catch (err) {
+        this.timing((performance.now() - t0) / 1000);
         this.stats.fallbacks++;
         if (!this.redisFailing) {
           this.redisFailing = true;
@@ -157,6 +165,7 @@ export class Limits {
     }
     const states = await this.local(batch, limit, windowMs, now);
     this.stats.settles.local++;
+    this.stats.settled.local += batch.length;
     return states;
   }
 }

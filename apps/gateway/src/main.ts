@@ -4,11 +4,12 @@
  */
 import { availableParallelism } from 'node:os';
 import { ConfigError, loadConfig } from '@sluice/core';
-import { createLogger } from '@sluice/telemetry';
+import { createLogger, loadTracing, type Tracer } from '@sluice/telemetry';
+import { PROTOCOL_VERSION } from '@sluice/protocol';
 import { loadJwtKey } from './auth.ts';
 import { Coordinator } from './coordinator.ts';
 
-function main(): void {
+async function main(): Promise<void> {
   let loaded;
   try {
     loaded = loadConfig(process.env, { availableParallelism: availableParallelism() });
@@ -30,7 +31,18 @@ function main(): void {
       process.exit(2);
     }
   }
+  // Each shard thread imports the tracing module too; importing it here first
+  // stops the start with a message naming the variable when it cannot load.
+  let tracer: Tracer | null;
+  try {
+    tracer = await loadTracing(config.tracingModule, PROTOCOL_VERSION);
+  } catch (err) {
+    process.stderr.write(`sluice: Invalid configuration (1 problem):\n  WS_TRACING_MODULE: the module could not be loaded ` +
+      `(${err instanceof Error ? err.message : String(err)}); accepts a path to an ES module file that registers an OpenTelemetry SDK\n`);
+    process.exit(2);
+  }
   const log = createLogger(config.logLevel, { role: 'coordinator' });
+  if (tracer !== null) log.info({ module: config.tracingModule }, 'tracing: spans go to the SDK the tracing module registered');
   for (const w of warnings) log.warn(w);
   if (config.auth === 'none') {
     log.warn('WS_AUTH=none: every client is user "anonymous" of tenant "default" and may join and publish anywhere; ' +
@@ -53,6 +65,7 @@ function main(): void {
   const coordinator = new Coordinator(config, log, {
     testHooks: process.env.SLUICE_TEST_HOOKS === '1',
     onDrainRequest: () => drain('POST /admin/drain'),
+    tracer,
   });
   // SIGTERM is the deploy: the paced drain. SIGINT (Ctrl-C) drains too; a
   // second SIGINT stops at once.
@@ -71,4 +84,4 @@ function main(): void {
   });
 }
 
-main();
+void main();

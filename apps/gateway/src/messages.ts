@@ -65,7 +65,7 @@ export function encodePeer(m: PeerMessage): string {
 }
 
 export function encodeDelivery(d: Delivery): string {
-  return `e${US}${d.topic}${US}${d.cls}${US}${opt(d.id)}${US}${opt(d.key)}${US}${d.frame}`;
+  return `e${US}${d.topic}${US}${d.cls}${US}${opt(d.id)}${US}${opt(d.key)}${US}${d.at}${US}${d.frame}`;
 }
 
 export function decodePeer(s: string): PeerMessage {
@@ -85,7 +85,7 @@ export function decodePeer(s: string): PeerMessage {
     case 'h':
       return { op: 'hist', rid: Number(f[1]), topic: f[2]!, since: f[3]! };
     case 'e':
-      return { op: 'ev', d: { topic: f[1]!, cls: Number(f[2]) as EventClass, id: und(f[3]), key: und(f[4]), frame: f[5]! } };
+      return { op: 'ev', d: { topic: f[1]!, cls: Number(f[2]) as EventClass, id: und(f[3]), key: und(f[4]), at: Number(f[5]), frame: f[6]! } };
     case 'a':
       return {
         op: 'pubok', rid: Number(f[1]),

@@ -8,6 +8,12 @@ import type { Logger } from '@sluice/telemetry';
 import type { MeshBroker } from './mesh-broker.ts';
 import type { BrokerStats, ShardBroker } from './shard-broker.ts';
 
+/** The `op` label of sluice_redis_command_seconds; the index is what RedisBroker and Limits observe. */
+export const REDIS_OPS = ['publish', 'history', 'subscribe', 'window'] as const;
+export const RedisOp = { Publish: 0, History: 1, Subscribe: 2, Window: 3 } as const;
+/** Records how long a Redis command took, answered or failed (seconds). */
+export type RedisTiming = (op: number, seconds: number) => void;
+
 const UNAVAILABLE: PublishResult = Object.freeze({ ok: false, reason: 'unavailable' });
 /** The id placeholder split out of an encoded frame: the script puts the stream id there. */
 const ID_MARK = '\x00';
@@ -44,6 +50,7 @@ export class RedisBroker implements ShardBroker {
     private readonly mesh: MeshBroker,
     private readonly cfg: Config,
     private readonly log: Logger,
+    private readonly timing: RedisTiming = () => {},
   ) {
     const target = { url: cfg.redisUrl!, cluster: cfg.redisCluster };
     this.cmd = createRedisClient(target, 'command', `shard${shard}`);
@@ -115,13 +122,16 @@ export class RedisBroker implements ShardBroker {
         return;
       }
       const key = topicKey(tenant, req.topic);
+      const t0 = performance.now();
       this.bus.publishVolatile(key, req.cls, req.key, encodeEventFrame(req, undefined)).then(
         () => {
+          this.took(RedisOp.Publish, t0);
           if (req.cls === EventClass.Keyed) this.counts.keyed++;
           else this.counts.ephemeral++;
           done({ ok: true, id: undefined, duplicate: false });
         },
         () => {
+          this.took(RedisOp.Publish, t0);
           this.counts.errors++;
           this.mesh.publishThen(tenant, req, done);
         },
@@ -134,16 +144,19 @@ export class RedisBroker implements ShardBroker {
     }
     const frame = encodeEventFrame(req, ID_MARK);
     const at = frame.indexOf(ID_MARK);
+    const t0 = performance.now();
     this.bus.publishDurable({
       topic: topicKey(tenant, req.topic), tenant, head: frame.slice(0, at), tail: frame.slice(at + 1), idempotencyKey: req.idempotencyKey,
     }).then(
       (r) => {
+        this.took(RedisOp.Publish, t0);
         if (r.duplicate) this.counts.duplicates++;
         else this.counts.durable++;
         done({ ok: true, id: r.id, duplicate: r.duplicate });
       },
       (err: unknown) => {
         // Not stored, or not known to be: the client resends with the same idempotency key.
+        this.took(RedisOp.Publish, t0);
         this.counts.errors++;
         if (this.log.isLevelEnabled('debug')) this.log.debug({ err }, 'durable publish failed');
         done(UNAVAILABLE);
@@ -167,9 +180,12 @@ export class RedisBroker implements ShardBroker {
     // One ms back: an event stored in the same ms as this reading gets an id
     // `<ms>-<seq>` that must count as after it, never as already delivered.
     if (!this.lastIds.has(topic)) this.lastIds.set(topic, `${(await this.bus.now().catch(() => Date.now())) - 1}-0`);
+    const t0 = performance.now();
     try {
       await this.bus.subscribe(topic);
+      this.took(RedisOp.Subscribe, t0);
     } catch (err) {
+      this.took(RedisOp.Subscribe, t0);
       // Still wanted: subscribed again when Redis is back, and the durable
       // events stored from the join on are read then. Until then only the
       // mesh (this node's keyed and ephemeral events) reaches the topic.
@@ -187,12 +203,19 @@ export class RedisBroker implements ShardBroker {
 
   async history(topic: string, since: string): Promise<HistoryRead> {
     if (!this.up) throw new Error('redis is unavailable');
+    const t0 = performance.now();
     try {
       return await this.bus.read(topic, since);
     } catch (err) {
       this.counts.errors++;
       throw err;
+    } finally {
+      this.took(RedisOp.History, t0);
     }
+  }
+
+  private took(op: number, t0: number): void {
+    this.timing(op, (performance.now() - t0) / 1000);
   }
 
   onDelivery(handler: (d: Delivery) => void): void {
@@ -219,7 +242,7 @@ export class RedisBroker implements ShardBroker {
 
   private fromBus(m: BusMessage): void {
     if (!this.bus.topics.has(m.topic)) return; // unsubscribed meanwhile
-    const d: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key };
+    const d: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: idMs(m.id) };
     const waiting = this.catching.get(m.topic);
     if (waiting !== undefined) waiting.push(d);
     else this.deliverInOrder(d);
@@ -259,14 +282,17 @@ export class RedisBroker implements ShardBroker {
   private catchUp(topic: string): void {
     const last = this.lastIds.get(topic);
     if (last === undefined || !this.catching.has(topic)) return;
+    const t0 = performance.now();
     this.bus.read(topic, last).then(
       (read) => {
+        this.took(RedisOp.History, t0);
         if (!this.catching.has(topic)) return;
         if (!read.recovered) this.log.warn({ topic }, 'events published while redis was unreachable were trimmed before they could be delivered');
-        for (const e of read.events) this.deliverInOrder({ topic, frame: e.frame, id: e.id, cls: EventClass.Durable, key: undefined });
+        for (const e of read.events) this.deliverInOrder({ topic, frame: e.frame, id: e.id, cls: EventClass.Durable, key: undefined, at: idMs(e.id) });
         this.release(topic);
       },
       (err: unknown) => {
+        this.took(RedisOp.History, t0);
         this.counts.errors++;
         this.log.warn({ err, topic }, 'could not read what a topic stored while redis was unreachable');
         this.release(topic);
@@ -281,4 +307,16 @@ export class RedisBroker implements ShardBroker {
     this.catching.delete(topic);
     for (const d of waiting) this.deliverInOrder(d);
   }
+}
+
+/** The ms part of a stream id (`<ms>-<seq>`, Redis's clock when it stored the event), read without a substring; 0 without an id. */
+function idMs(id: string | undefined): number {
+  if (id === undefined) return 0;
+  let ms = 0;
+  for (let i = 0; i < id.length; i++) {
+    const c = id.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) break;
+    ms = ms * 10 + c;
+  }
+  return ms;
 }

@@ -8,19 +8,21 @@
 import type { MessagePort } from 'node:worker_threads';
 import { allows, ANONYMOUS, clientAddress, Coalescer, type Config, type Identity, type OriginRule, originAllowed,
   parseOriginList, type Rights, type WindowState, compareEventIds, type Delivery, effectiveSlowBufferBytes, type EventId, type FixedWindowState,
-  type HistoryRead, hitFixedWindow, jitter, type Mailbox, type MailItem, topicKey } from '@sluice/core';
+  type HistoryRead, hitFixedWindow, jitter, type Mailbox, type MailItem, type PublishFields, type PublishResult, topicKey } from '@sluice/core';
 import {
   type CloseReason, closeSpecs, decodeClientFrame, encodeCloseReason, encodePong, encodeRejection, encodeReplyOk,
   type ErrorReason, ErrorReasons, isStrike, type JoinFrame, type LeaveFrame, parseEventId, PEEK_REF_BYTES, peekRef,
   PROTOCOL_VERSION, type PublishFrame, type UpgradeRefusal, welcomeFrame, welcomePrefix, EventClass,
 } from '@sluice/protocol';
-import { counterFrom, createLogger, gaugeFrom, type Logger, registerEventLoopStall, Registry } from '@sluice/telemetry';
+import { counterFrom, createLogger, endWithError, gaugeFrom, IndexedHistogram, type Logger, LogThrottle, registerEventLoopStall,
+  registerThreadMetrics, Registry, type Span, SpanKind, startSpan, suppressedCounts, type Tracer, traceparentOf,
+  loadTracing } from '@sluice/telemetry';
 import { tokenFrom, Verifier } from './auth.ts';
 import type { FromShardControl, ToShardControl } from './control.ts';
 import { ExpiryTimers } from './expiry.ts';
 import { Limits, tenantWindowKey } from './limits.ts';
 import { MeshBroker } from './mesh-broker.ts';
-import { RedisBroker } from './redis-broker.ts';
+import { REDIS_OPS, RedisBroker, RedisOp } from './redis-broker.ts';
 import type { ShardBroker } from './shard-broker.ts';
 import { type LaneData, SlowLane } from './slow-lane.ts';
 import { Flag, SharedState } from './shared-state.ts';
@@ -104,9 +106,17 @@ const CRASH_FRAME = '{"type":"debug.crash"}';
 /** A Sec-WebSocket-Key: 16 bytes in base64. */
 const WS_KEY = /^[A-Za-z0-9+/]{22}==$/;
 const utf8 = new TextDecoder();
+/** The `class` label of the latency histograms, indexed by EventClass. */
+const CLASS_LABELS = ['durable', 'keyed', 'ephemeral'];
+/** Lines of one kind (rejected frames, refused upgrades, closed abusers) a shard writes per second at most. */
+const LOG_LINES_PER_SECOND = 20;
+const TRACEPARENT_FIELD = '"traceparent":"';
+const DATA_FIELD = ',"data":';
 
-export default function runShard(task: ShardTask): Promise<ShardExit> {
-  return new Shard(task).run();
+export default async function runShard(task: ShardTask): Promise<ShardExit> {
+  // WS_TRACING_MODULE registers an SDK in this thread's copy of the OpenTelemetry API.
+  const tracer = await loadTracing(task.config.tracingModule, PROTOCOL_VERSION);
+  return new Shard(task, tracer).run();
 }
 
 /**
@@ -165,6 +175,22 @@ class Shard {
   private finish: (exit: ShardExit) => void = () => {};
   private fail: (err: Error) => void = () => {};
 
+  private readonly ackLatency = new IndexedHistogram(this.registry, 'sluice_publish_ack_seconds',
+    'From a client publish frame received to its ok ack written, by class.', 'class', CLASS_LABELS);
+  private readonly deliveryLag = new IndexedHistogram(this.registry, 'sluice_delivery_lag_seconds',
+    'From an event accepted by the broker (stored, for a durable one) to its fan-out by a subscribed shard, by class.', 'class', CLASS_LABELS);
+  /** Cluster mode: how long Redis commands took, by operation. */
+  private readonly redisLatency: IndexedHistogram | undefined;
+  private readonly suppressed = suppressedCounts();
+  /** Log lines that a flood of bad input could multiply: each kind is throttled. */
+  private readonly lines = {
+    rejected: new LogThrottle(LOG_LINES_PER_SECOND, 'debug', this.suppressed),
+    refused: new LogThrottle(LOG_LINES_PER_SECOND, 'debug', this.suppressed),
+    closed: new LogThrottle(LOG_LINES_PER_SECOND, 'info', this.suppressed),
+    degraded: new LogThrottle(LOG_LINES_PER_SECOND, 'warn', this.suppressed),
+  };
+  private readonly threadMetrics: { stop(): void };
+
   private readonly m = {
     framesIn: 0,
     drained: 0,
@@ -177,18 +203,26 @@ class Shard {
       Record<string, number>,
   };
 
-  constructor(private readonly task: ShardTask) {
+  constructor(
+    private readonly task: ShardTask,
+    /** WS_TRACING_MODULE set: spans for upgrades, joins, publishes and fan-out. null: no tracing code runs. */
+    private readonly tracer: Tracer | null,
+  ) {
     this.cfg = task.config;
     this.shared = new SharedState(task.shared);
     this.log = createLogger(this.cfg.logLevel, { shard: task.shard });
     const mesh = new MeshBroker(task.shard, this.cfg.workers, this.cfg, this.log);
-    this.broker = this.cfg.redisUrl === undefined ? mesh : new RedisBroker(task.shard, mesh, this.cfg, this.log);
+    const redisLatency = this.cfg.redisUrl === undefined ? undefined : new IndexedHistogram(this.registry, 'sluice_redis_command_seconds',
+      'How long Redis commands took, answered or failed (cluster mode), by operation.', 'op', REDIS_OPS);
+    this.redisLatency = redisLatency;
+    this.broker = this.cfg.redisUrl === undefined ? mesh
+      : new RedisBroker(task.shard, mesh, this.cfg, this.log, (op, seconds) => redisLatency!.observe(op, seconds));
     this.limits = new Limits(this.cfg, this.broker instanceof RedisBroker ? this.broker.client : undefined,
       (hits, limit, windowMs, now) => new Promise((resolve) => {
         const rid = ++this.settleRid;
         this.settles.set(rid, resolve);
         this.tell({ op: 'settle', rid, hits, limit, windowMs, now });
-      }), this.log);
+      }), this.log, (seconds) => redisLatency?.observe(RedisOp.Window, seconds));
     for (const p of task.peers) this.broker.addPeer(p.shard, p.port);
     this.broker.onDelivery((d) => this.deliver(d));
     task.control.on('message', (m: ToShardControl) => this.control(m));
@@ -203,12 +237,14 @@ class Shard {
       },
       { ephemeralDropLen: this.cfg.ephemeralDropQueueLen, slowConsumerLen: this.cfg.slowConsumerQueueLen },
       (ws, d, reason) => {
-        this.log.info({ conn: d.id, ip: d.ip, reason, queued: d.mailbox?.size ?? 0 }, 'closing a socket that reads too slowly');
+        this.throttled(this.lines.closed, 'info', { conn: d.id, ip: d.ip, reason, queued: d.mailbox?.size ?? 0 },
+          'closing a socket that reads too slowly');
         this.closeWith(ws, d, reason, jitter(this.cfg.retryAfterMinMs, this.cfg.retryAfterMaxMs, Math.random));
       },
     );
     this.coalescer = this.cfg.coalesceIntervalMs > 0 ? new Coalescer<Delivery>(this.cfg.coalesceIntervalMs) : null;
     this.registerMetrics();
+    this.threadMetrics = registerThreadMetrics(this.registry, `shard${task.shard}`);
     this.app = this.buildApp();
   }
 
@@ -337,6 +373,8 @@ class Shard {
     const protocol = offered.split(',').some((p) => p.trim() === PROTOCOL_VERSION) ? PROTOCOL_VERSION : '';
     const token = this.verifier === null ? undefined
       : tokenFrom({ authorization: req.getHeader('authorization'), protocols: offered, query });
+    const span = this.tracer === null ? undefined : startSpan(this.tracer, 'sluice.upgrade', SpanKind.SERVER,
+      req.getHeader('traceparent') || undefined, { 'sluice.auth': cfg.auth, 'sluice.shard': this.task.shard });
     // The async part of the upgrade: the IP window (one call to the window
     // store) and the token. uWS requires an abort handler meanwhile, and
     // everything written afterwards goes in one cork.
@@ -345,15 +383,22 @@ class Shard {
       aborted = true;
       this.m.upgrades.aborted++;
     });
-    void this.admit(ip, token).then((who) => {
-      if (aborted) return;
-      if (typeof who === 'number') this.refuseIp(res, who);
-      else if (typeof who === 'string') this.refuse(res, 'unauthorized', '401 Unauthorized', undefined, undefined, who);
-      else if (this.unavailable()) this.refuseUnavailable(res);
-      else this.accept(res, context, key, protocol, extensions, ip, who);
+    void this.admit(ip, token, span).then((who) => {
+      let outcome: string;
+      if (aborted) outcome = 'aborted';
+      else if (typeof who === 'number') outcome = this.refuseIp(res, who);
+      else if (typeof who === 'string') outcome = this.refuse(res, 'unauthorized', '401 Unauthorized', undefined, undefined, who);
+      else if (this.unavailable()) outcome = this.refuseUnavailable(res);
+      else outcome = this.accept(res, context, key, protocol, extensions, ip, who);
+      if (span !== undefined) {
+        span.setAttribute('sluice.outcome', outcome);
+        if (typeof who === 'object') span.setAttribute('sluice.tenant', who.tenant);
+        span.end();
+      }
     }, (err: unknown) => {
-      this.log.warn({ err }, 'upgrade check failed');
+      this.throttled(this.lines.degraded, 'warn', { err }, 'upgrade check failed');
       if (!aborted) this.refuseUnavailable(res);
+      if (span !== undefined) endWithError(span, 'unavailable');
     });
   }
 
@@ -361,16 +406,21 @@ class Shard {
    * Who may come in: the identity, or the ms to wait (IP window full), or
    * why the token was refused. Every attempt counts toward the IP window.
    */
-  private async admit(ip: string, token: string | undefined): Promise<Identity | number | string> {
+  private async admit(ip: string, token: string | undefined, span: Span | undefined): Promise<Identity | number | string> {
     const wait = await this.limits.connect(ip);
     if (wait !== 0) return wait;
     if (this.verifier === null) return ANONYMOUS;
     if (token === undefined) return 'no token';
+    const auth = span === undefined ? undefined : startSpan(this.tracer!, 'sluice.auth', SpanKind.INTERNAL, span);
     const v = await this.verifier.verify(token, Date.now());
+    if (auth !== undefined) {
+      if (v.ok) auth.end();
+      else endWithError(auth, 'unauthorized');
+    }
     return v.ok ? v.identity : v.why;
   }
 
-  private refuseIp(res: HttpResponse, waitMs: number): void {
+  private refuseIp(res: HttpResponse, waitMs: number): 'ip_rate_limited' {
     this.m.upgrades.ip_rate_limited++;
     res.cork(() => {
       res.writeStatus('429 Too Many Requests')
@@ -378,6 +428,7 @@ class Shard {
         .writeHeader('content-type', 'application/json')
         .end(`{"reason":"ip_rate_limited","retryAfterMs":${waitMs}}`, true);
     });
+    return 'ip_rate_limited';
   }
 
   private unavailable(): boolean {
@@ -386,7 +437,7 @@ class Shard {
       (cfg.maxSockets !== 0 && this.shared.totalSockets(cfg.workers) >= cfg.maxSockets);
   }
 
-  private refuseUnavailable(res: HttpResponse): void {
+  private refuseUnavailable(res: HttpResponse): 'unavailable' {
     const cfg = this.cfg;
     this.m.upgrades.unavailable++;
     const retryAfterMs = jitter(cfg.retryAfterMinMs, cfg.retryAfterMaxMs, Math.random);
@@ -396,24 +447,26 @@ class Shard {
         .writeHeader('content-type', 'application/json')
         .end(`{"reason":"unavailable","retryAfterMs":${retryAfterMs}}`, true);
     });
+    return 'unavailable';
   }
 
   /** A plain-HTTP refusal at the upgrade; no socket is opened. `why` goes to the debug log, never a token. */
   private refuse(res: HttpResponse, reason: Exclude<UpgradeRefusal, 'unavailable'>, status: string, header?: string,
-    value?: string, why?: string): void {
+    value?: string, why?: string): typeof reason {
     this.m.upgrades[reason]++;
     if (this.log.isLevelEnabled('debug')) {
-      this.log.debug({ reason, why, ip: Buffer.from(res.getRemoteAddressAsText()).toString() }, 'upgrade refused');
+      this.throttled(this.lines.refused, 'debug', { reason, why, ip: Buffer.from(res.getRemoteAddressAsText()).toString() }, 'upgrade refused');
     }
     res.cork(() => {
       res.writeStatus(status);
       if (header !== undefined) res.writeHeader(header, value!);
       res.writeHeader('content-type', 'application/json').end(`{"reason":"${reason}"}`, true);
     });
+    return reason;
   }
 
   private accept(res: HttpResponse, context: us_socket_context_t, key: string, protocol: string, extensions: string, ip: string,
-    who: Identity): void {
+    who: Identity): 'accepted' {
     const data: SocketData = {
       id: `${this.task.nodeId}.${this.task.shard}.${this.task.generation}.${(++this.seq).toString(36)}`,
       tenant: who.tenant,
@@ -435,6 +488,7 @@ class Shard {
     };
     this.m.upgrades.accepted++;
     res.cork(() => res.upgrade(data, key, protocol, extensions, context));
+    return 'accepted';
   }
 
   private open(ws: Socket): void {
@@ -483,7 +537,7 @@ class Shard {
     const cfg = this.cfg;
     const len = buf.byteLength;
     if (len > cfg.hardMaxFrameBytes) {
-      this.log.info({ conn: d.id, ip: d.ip, bytes: len }, 'closing socket: frame above the hard cap');
+      this.throttled(this.lines.closed, 'info', { conn: d.id, ip: d.ip, bytes: len }, 'closing socket: frame above the hard cap');
       this.closeWith(ws, d, 'payload_too_large');
       return;
     }
@@ -533,9 +587,9 @@ class Shard {
   private reject(ws: Socket, d: SocketData, ref: string | undefined, reason: ErrorReason, retryAfterMs?: number, message?: string): void {
     this.m.rejections[reason]++;
     ws.send(encodeRejection(ref, reason, retryAfterMs, message), false);
-    if (this.log.isLevelEnabled('debug')) this.log.debug({ conn: d.id, reason, ref }, 'frame rejected');
+    if (this.log.isLevelEnabled('debug')) this.throttled(this.lines.rejected, 'debug', { conn: d.id, reason, ref }, 'frame rejected');
     if (isStrike(reason) && ++d.strikes >= this.cfg.maxStrikes) {
-      this.log.info({ conn: d.id, ip: d.ip, strikes: d.strikes }, 'closing socket: too many rejected frames in a row');
+      this.throttled(this.lines.closed, 'info', { conn: d.id, ip: d.ip, strikes: d.strikes }, 'closing socket: too many rejected frames in a row');
       this.closeWith(ws, d, 'abusive');
     }
   }
@@ -553,8 +607,11 @@ class Shard {
     d.strikes = 0;
     d.inflight++;
     let inline = true;
-    this.broker.publishThen(d.tenant, f, (res) => {
+    const t0 = performance.now();
+    const traced = this.tracer === null ? undefined : this.tracePublish(d.tenant, f, f.traceparent);
+    this.broker.publishThen(d.tenant, traced?.req ?? f, (res) => {
       d.inflight--;
+      if (traced !== undefined) this.endPublish(traced, res);
       if (!d.open) return;
       let reply: string;
       if (!res.ok) reply = encodeRejection(f.ref, res.reason);
@@ -565,8 +622,37 @@ class Shard {
       // app.publish queued for this socket first.
       if (inline) ws.send(reply, false);
       else this.queueReply(ws, reply);
+      if (res.ok) this.ackLatency.observe(f.cls, (performance.now() - t0) / 1000);
     });
     inline = false;
+  }
+
+  /**
+   * A publish's spans: `sluice.publish` (a child of the publisher's
+   * traceparent, when it sent one) and its child `sluice.store`, the
+   * broker's part. The event carries the publish span's traceparent onward,
+   * so the fan-out on every shard and node is a child of it.
+   */
+  private tracePublish(tenant: string, f: PublishFields, parent: string | undefined): { req: PublishFields; span: Span; store: Span } {
+    const span = startSpan(this.tracer!, 'sluice.publish', SpanKind.PRODUCER, parent, {
+      'messaging.system': 'sluice', 'messaging.operation.type': 'send', 'messaging.destination.name': f.topic, 'sluice.tenant': tenant,
+      'sluice.class': CLASS_LABELS[f.cls]!, 'sluice.shard': this.task.shard,
+    });
+    const store = startSpan(this.tracer!, 'sluice.store', this.cfg.redisUrl === undefined ? SpanKind.INTERNAL : SpanKind.CLIENT, span,
+      { 'sluice.store': this.cfg.redisUrl === undefined ? 'memory' : 'redis' });
+    return { req: { ...f, traceparent: traceparentOf(span) }, span, store };
+  }
+
+  private endPublish(t: { span: Span; store: Span }, res: PublishResult): void {
+    if (!res.ok) {
+      endWithError(t.store, res.reason);
+      endWithError(t.span, res.reason);
+      return;
+    }
+    if (res.id !== undefined) t.span.setAttribute('messaging.message.id', res.id);
+    if (res.duplicate) t.span.setAttribute('sluice.duplicate', true);
+    t.store.end();
+    t.span.end();
   }
 
   /**
@@ -614,17 +700,25 @@ class Shard {
     const key = topicKey(d.tenant, f.topic);
     (d.topics ??= new Map()).set(f.topic, key);
     const since = f.since;
+    const span = this.tracer === null ? undefined : startSpan(this.tracer, 'sluice.join', SpanKind.SERVER, undefined, {
+      'messaging.destination.name': f.topic, 'sluice.tenant': d.tenant, 'sluice.since': since !== undefined, 'sluice.shard': this.task.shard,
+    });
     this.acquire(key, (ok) => {
-      if (!d.open) return;
+      if (!d.open) {
+        endSpan(span, 'closed');
+        return;
+      }
       if (d.topics?.get(f.topic) !== key) {
         // Left before the join completed: the join happened, the leave undid it.
         ws.cork(() => ws.send(encodeReplyOk(f.ref), false));
+        endSpan(span);
         return;
       }
       if (!ok) {
         d.topics.delete(f.topic);
         this.release(key);
         ws.cork(() => ws.send(encodeRejection(f.ref, 'unavailable'), false));
+        endSpan(span, 'unavailable');
         return;
       }
       if (since === undefined) {
@@ -632,9 +726,10 @@ class Shard {
           this.lane.subscribe(ws, d, key);
           ws.send(encodeReplyOk(f.ref), false);
         });
+        endSpan(span);
         return;
       }
-      this.recover(ws, d, f, key, since);
+      this.recover(ws, d, f, key, since, span);
     });
   }
 
@@ -645,7 +740,7 @@ class Shard {
    * already covered (id not above the last replayed id) are dropped.
    * Everything before the join's reply is replay; everything after is live.
    */
-  private recover(ws: Socket, d: SocketData, f: JoinFrame, key: string, since: string): void {
+  private recover(ws: Socket, d: SocketData, f: JoinFrame, key: string, since: string, span: Span | undefined): void {
     const rec: Recovery = { ws, d, topic: f.topic, key, buffered: [] };
     let set = this.recoveries.get(key);
     if (set === undefined) this.recoveries.set(key, (set = new Set()));
@@ -660,8 +755,16 @@ class Shard {
       if (d.open) ws.cork(() => ws.send(encodeReplyOk(f.ref), false));
       return false;
     };
+    const readSpan = span === undefined ? undefined : startSpan(this.tracer!, 'sluice.history', SpanKind.INTERNAL, span);
     this.broker.history(key, since).then((read: HistoryRead) => {
-      if (!done()) return;
+      if (readSpan !== undefined) {
+        readSpan.setAttributes({ 'sluice.replayed': read.events.length, 'sluice.recovered': read.recovered });
+        readSpan.end();
+      }
+      if (!done()) {
+        endSpan(span);
+        return;
+      }
       let last: EventId = parseEventId(since)!;
       const lastReplayed = read.events.at(-1)?.id;
       if (lastReplayed !== undefined) last = parseEventId(lastReplayed)!;
@@ -673,10 +776,19 @@ class Shard {
         }
         this.lane.subscribe(ws, d, key);
       });
+      if (span !== undefined) {
+        span.setAttributes({ 'sluice.replayed': read.events.length, 'sluice.recovered': read.recovered });
+        span.end();
+      }
     }, (err: unknown) => {
       // The topic's owner is unavailable: the join fails, the socket goes on.
-      if (!done()) return;
-      this.log.warn({ topic: key, err }, 'history unavailable for a join');
+      if (readSpan !== undefined) endWithError(readSpan, 'unavailable');
+      if (!done()) {
+        endSpan(span);
+        return;
+      }
+      endSpan(span, 'unavailable');
+      this.throttled(this.lines.degraded, 'warn', { topic: key, err }, 'history unavailable for a join');
       d.topics!.delete(f.topic);
       this.release(key);
       ws.cork(() => ws.send(encodeRejection(f.ref, 'unavailable'), false));
@@ -724,7 +836,7 @@ class Shard {
         for (const w of waiters) w(true);
       },
       (err: unknown) => {
-        this.log.warn({ topic: key, err }, 'broker subscribe failed');
+        this.throttled(this.lines.degraded, 'warn', { topic: key, err }, 'broker subscribe failed');
         const waiters = created.waiters;
         created.waiters = [];
         for (const w of waiters) w(false);
@@ -774,6 +886,8 @@ class Shard {
   private fanOut(d: Delivery): void {
     const now = Date.now();
     this.deliveredSinceSweep = true;
+    if (d.at !== 0) this.deliveryLag.observe(d.cls, now > d.at ? (now - d.at) / 1000 : 0);
+    const span = this.tracer === null ? undefined : this.traceFanOut(d);
     const buffering = this.lane.beforeNative(d, now);
     // Native subscribers without a backlog get the event written out when uWS
     // drains its topic queue at the end of this turn; those with one (the
@@ -783,6 +897,26 @@ class Shard {
     this.lane.deliver(d, now);
     const recs = this.recoveries.get(d.topic);
     if (recs !== undefined) for (const rec of recs) rec.buffered.push(d);
+    span?.end();
+  }
+
+  /**
+   * `sluice.fanout`: this shard's delivery of an event, a child of the
+   * publish span whose traceparent the event carries (from any shard or
+   * node). An event without one (published without tracing) has no span.
+   */
+  private traceFanOut(d: Delivery): Span | undefined {
+    const f = d.frame;
+    const at = f.indexOf(TRACEPARENT_FIELD);
+    // The frame's own field comes before its data; a match inside the data is not it.
+    if (at < 0 || at > f.indexOf(DATA_FIELD)) return undefined;
+    const start = at + TRACEPARENT_FIELD.length;
+    const tp = f.slice(start, f.indexOf('"', start));
+    return startSpan(this.tracer!, 'sluice.fanout', SpanKind.CONSUMER, tp, {
+      'messaging.system': 'sluice', 'messaging.operation.type': 'process', 'messaging.destination.name': d.topic.slice(d.topic.indexOf('/') + 1),
+      'sluice.class': CLASS_LABELS[d.cls]!, 'sluice.subscribers': this.app.numSubscribers(d.topic), 'sluice.shard': this.task.shard,
+      ...(d.id === undefined ? {} : { 'messaging.message.id': d.id }),
+    });
   }
 
   /**
@@ -822,10 +956,16 @@ class Shard {
       case 'metrics':
         void this.registry.getMetricsAsJSON().then((json) => this.tell({ op: 'metrics', rid: m.rid, json }));
         return;
-      case 'publish':
+      case 'publish': {
         // The coordinator sends an admin publish to the topic's owner: this shard.
-        void this.broker.publish(m.req.tenant, m.req).then((res) => this.tell({ op: 'published', rid: m.rid, res }));
+        // Its traceparent is the coordinator's `sluice.http.publish` span.
+        const traced = this.tracer === null ? undefined : this.tracePublish(m.req.tenant, m.req, m.req.traceparent);
+        void this.broker.publish(m.req.tenant, traced === undefined ? m.req : { ...traced.req, tenant: m.req.tenant }).then((res) => {
+          if (traced !== undefined) this.endPublish(traced, res);
+          this.tell({ op: 'published', rid: m.rid, res });
+        });
         return;
+      }
       case 'peer':
         this.broker.addPeer(m.shard, m.port);
         return;
@@ -836,6 +976,14 @@ class Shard {
         return;
       }
     }
+  }
+
+  /** A line of a kind a flood could multiply: at most LOG_LINES_PER_SECOND of it per second, with how many were left out. */
+  private throttled(t: LogThrottle, level: 'debug' | 'info' | 'warn', fields: Record<string, unknown>, msg: string): void {
+    const left = t.take(Date.now());
+    if (left < 0) return;
+    if (left > 0) fields.suppressed = left;
+    this.log[level](fields, msg);
   }
 
   private tell(m: FromShardControl): void {
@@ -871,6 +1019,7 @@ class Shard {
     if (this.coalesceTimer !== undefined) clearTimeout(this.coalesceTimer);
     this.expiry.clear();
     this.limits.stop();
+    this.threadMetrics.stop();
     this.closeListenSocket();
     const cfg = this.cfg;
     for (const ws of [...this.sockets]) {
@@ -917,6 +1066,7 @@ class Shard {
     if (this.coalesceTimer !== undefined) clearTimeout(this.coalesceTimer);
     this.expiry.clear();
     this.limits.stop();
+    this.threadMetrics.stop();
     // A hard close, not end(): the other shards keep running and the
     // restart should not wait for peers to answer close frames.
     for (const ws of [...this.sockets]) {
@@ -955,10 +1105,21 @@ class Shard {
       () => this.limits.stats.settles);
     counterFrom(r, 'sluice_limiter_redis_commands_total', 'Redis commands sent to settle tenant and IP limits (part of sluice_redis_commands_total).',
       undefined, () => this.limits.redisCommands);
+    counterFrom(r, 'sluice_limiter_settled_hits_total', 'Keys (tenants, addresses) settled in those batches, by store.', 'store',
+      () => this.limits.stats.settled);
+    counterFrom(r, 'sluice_log_lines_suppressed_total', 'Log lines left out by the per-kind log throttle (a flood of bad input), by level.',
+      'level', () => this.suppressed);
     counterFrom(r, 'sluice_limiter_fallbacks_total', 'Limit settles Redis failed and this node\'s memory store took.', undefined,
       () => this.limits.stats.fallbacks);
     registerEventLoopStall(r);
   }
+}
+
+/** Ends a span, with an error status when `error` (a protocol reason) is given. */
+function endSpan(span: Span | undefined, error?: string): void {
+  if (span === undefined) return;
+  if (error === undefined) span.end();
+  else endWithError(span, error);
 }
 
 /**

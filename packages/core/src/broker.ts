@@ -30,6 +30,13 @@ export interface Delivery {
   readonly id: string | undefined;
   readonly cls: EventClass;
   readonly key: string | undefined;
+  /**
+   * When the broker accepted the event, in ms since the epoch (a durable
+   * event's id says the same): the start of the delivery lag. 0 when not
+   * known: keyed and ephemeral events that crossed nodes through Redis,
+   * whose messages carry no time.
+   */
+  readonly at: number;
 }
 
 /**

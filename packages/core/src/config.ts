@@ -54,6 +54,8 @@ export interface Config {
   readonly maxHeaderBytes: number;
   readonly adminToken: string | undefined;
   readonly logLevel: LogLevel;
+  /** WS_TRACING_MODULE: a module every thread imports to register an OpenTelemetry SDK; unset = no spans. */
+  readonly tracingModule: string | undefined;
 }
 
 export const AUTH_MODES = ['none', 'jwt'] as const;
@@ -423,6 +425,13 @@ const schema = [
     name: 'LOG_LEVEL', key: 'logLevel', section: 'Admin and observability',
     type: oneOf(LOG_LEVELS), default: 'info',
     doc: 'Least severe level written to the log; `silent` writes nothing.',
+  }),
+  v({
+    name: 'WS_TRACING_MODULE', key: 'tracingModule', section: 'Admin and observability',
+    type: text('a path to an ES module file (absolute, or relative to the working directory)'), default: undefined, defaultDoc: 'unset (no spans)',
+    doc: 'OpenTelemetry tracing: an ES module that registers an SDK (tracer provider and exporter) with `@opentelemetry/api`. ' +
+      'Every thread (the coordinator and each shard) imports it at start, since each thread has its own API globals; a module ' +
+      'that fails to load stops the start. Sluice bundles no SDK. Unset: no span is made and no tracing code runs.',
   }),
 ];
 

@@ -87,6 +87,7 @@ test('an empty env gives the documented defaults and no warnings', () => {
     maxHeaderBytes: 8192,
     adminToken: undefined,
     logLevel: 'info',
+    tracingModule: undefined,
   };
   assert.deepEqual({ ...config }, expected);
   assert.deepEqual(warnings, []);
@@ -118,7 +119,7 @@ test('an empty string counts as unset and takes the default', () => {
 
 test('each variable reports a bad value with its name, its value and what it accepts', () => {
   // Free text (paths, issuer, audience) takes a space; a control character breaks it.
-  const FREE_TEXT = new Set(['WS_JWT_PUBLIC_KEY_FILE', 'WS_JWT_ISSUER', 'WS_JWT_AUDIENCE']);
+  const FREE_TEXT = new Set(['WS_JWT_PUBLIC_KEY_FILE', 'WS_JWT_ISSUER', 'WS_JWT_AUDIENCE', 'WS_TRACING_MODULE']);
   for (const spec of configSchema) {
     // "bad value" breaks every other type: not digits, has whitespace inside, not a log level.
     const bad = FREE_TEXT.has(spec.name) ? 'bad\x01value' : 'bad value';

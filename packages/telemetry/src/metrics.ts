@@ -38,14 +38,18 @@ export function counterFrom<L extends string>(
   });
 }
 
-export function gaugeFrom(registry: Registry, name: string, help: string, read: () => number, aggregator: 'sum' | 'max' = 'sum'): void {
+/** A gauge read at scrape time; `labels` (fixed per registry, e.g. the thread) tell the threads' series apart. */
+export function gaugeFrom(registry: Registry, name: string, help: string, read: () => number, aggregator: 'sum' | 'max' = 'sum',
+  labels?: Readonly<Record<string, string>>): void {
   new Gauge({
     name,
     help,
     registers: [registry],
     aggregator,
+    labelNames: labels === undefined ? [] : Object.keys(labels),
     collect() {
-      this.set(read());
+      if (labels === undefined) this.set(read());
+      else this.set(labels, read());
     },
   });
 }
@@ -58,8 +62,8 @@ export function registerEventLoopStall(registry: Registry): IntervalHistogram {
   const h = monitorEventLoopDelay({ resolution: 10 });
   h.enable();
   gaugeFrom(registry, 'sluice_eventloop_stall_max_seconds',
-    'Longest event-loop delay seen by any thread of the node since start (max over threads).',
-    () => h.max / 1e9, 'max');
+    'Longest event-loop stall seen by any thread of the node since start (max over threads): the delay of a 10 ms timer beyond its period.',
+    () => Math.max(0, h.max / 1e9 - 0.01), 'max');
   return h;
 }
 

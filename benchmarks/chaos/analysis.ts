@@ -1,0 +1,374 @@
+// The chaos harness's pure pieces (unit-tested in benchmarks/test/chaos.test.ts):
+// the accounting of acknowledged publishes against history and against what
+// each subscriber got, the reconnect arrival rate from polled counters, the
+// time until a share of the dropped clients is back, and the results table.
+
+/** One acknowledged durable publish: its topic, the id the ack carried, and the publish's own key (`<client>.<n>`, also in its data). */
+export interface Acked {
+  readonly topic: string;
+  readonly id: string;
+  readonly key: string;
+}
+
+/** What one subscriber got on one durable topic. */
+export interface SubscriptionRecord {
+  readonly client: number;
+  readonly topic: string;
+  /** Ids the SDK handed to the handler, each time it did (a duplicate appears twice). */
+  readonly ids: readonly string[];
+  /** The publish key of each of those events that carried one (`<client>.<n>`), in the same way. */
+  readonly keys: readonly string[];
+  /** Ids seen on the wire, over every socket the client had, each time they came. */
+  readonly wire: readonly string[];
+}
+
+export interface DeliveryCheck {
+  subscriptions: number;
+  /** (subscriber, acked publish) pairs that should have been delivered. */
+  expected: number;
+  /** Of those, the ones the subscriber never got. */
+  missing: number;
+  /** Events the handler got more than once under one id (per subscriber, topic and id). */
+  duplicateIds: number;
+  /** Events the handler got more than once under different ids with the same publish key: a publish stored twice. */
+  duplicateKeys: number;
+  /** Events the gateway sent a client more than once (over all of its sockets), whether or not the SDK passed them on. */
+  wireDuplicates: number;
+  /** Examples of each kind, at most `EXAMPLES` in all. */
+  examples: string[];
+}
+
+export const EXAMPLES = 10;
+
+export function emptyDeliveryCheck(): DeliveryCheck {
+  return { subscriptions: 0, expected: 0, missing: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] };
+}
+
+/** Groups acked publishes by topic (ids as a set). */
+export function ackedByTopic(acked: readonly Acked[]): Map<string, Set<string>> {
+  const out = new Map<string, Set<string>>();
+  for (const a of acked) {
+    let s = out.get(a.topic);
+    if (s === undefined) out.set(a.topic, (s = new Set()));
+    s.add(a.id);
+  }
+  return out;
+}
+
+function extras(values: readonly string[]): { extra: number; first: string | undefined } {
+  const seen = new Set<string>();
+  let extra = 0;
+  let first: string | undefined;
+  for (const v of values) {
+    if (seen.has(v)) { extra++; first ??= v; } else seen.add(v);
+  }
+  return { extra, first };
+}
+
+/**
+ * Adds one subscription to `acc`: every acked id of its topic must be among
+ * the ids the handler got (missing otherwise), and no id, publish key or wire
+ * id may come twice (each repeat counts once).
+ */
+export function checkSubscription(acc: DeliveryCheck, acked: ReadonlyMap<string, ReadonlySet<string>>, sub: SubscriptionRecord): void {
+  acc.subscriptions++;
+  const want = acked.get(sub.topic);
+  const got = new Set(sub.ids);
+  const note = (s: string): void => { if (acc.examples.length < EXAMPLES) acc.examples.push(s); };
+  if (want !== undefined) {
+    acc.expected += want.size;
+    for (const id of want) {
+      if (!got.has(id)) { acc.missing++; note(`client ${sub.client} never got ${sub.topic} ${id}`); }
+    }
+  }
+  const d = extras(sub.ids);
+  if (d.extra > 0) { acc.duplicateIds += d.extra; note(`client ${sub.client} got ${sub.topic} ${d.first} more than once`); }
+  const k = extras(sub.keys);
+  if (k.extra > 0) { acc.duplicateKeys += k.extra; note(`client ${sub.client} got publish ${k.first} on ${sub.topic} under two ids`); }
+  const w = extras(sub.wire);
+  if (w.extra > 0) { acc.wireDuplicates += w.extra; note(`the gateway sent client ${sub.client} ${sub.topic} ${w.first} more than once`); }
+}
+
+export function mergeDeliveryChecks(parts: readonly DeliveryCheck[]): DeliveryCheck {
+  const out = emptyDeliveryCheck();
+  for (const p of parts) {
+    out.subscriptions += p.subscriptions;
+    out.expected += p.expected;
+    out.missing += p.missing;
+    out.duplicateIds += p.duplicateIds;
+    out.duplicateKeys += p.duplicateKeys;
+    out.wireDuplicates += p.wireDuplicates;
+    for (const e of p.examples) if (out.examples.length < EXAMPLES) out.examples.push(e);
+  }
+  return out;
+}
+
+/** One event of a topic's history, as a join with since 0-0 replays it. */
+export interface HistoryEvent {
+  readonly id: string;
+  /** The publish key in its data, when it has one. */
+  readonly key: string | undefined;
+}
+
+export interface HistoryCheck {
+  acked: number;
+  /** Acked publishes whose id is not in the topic's history. */
+  lost: number;
+  /** Publish keys stored more than once (each extra copy counts). */
+  storedTwice: number;
+  /** Distinct publishes (keys) acked with one id that another publish was also acked with. */
+  sharedIds: number;
+  examples: string[];
+}
+
+export function checkHistory(acked: readonly Acked[], history: ReadonlyMap<string, readonly HistoryEvent[]>): HistoryCheck {
+  const out: HistoryCheck = { acked: acked.length, lost: 0, storedTwice: 0, sharedIds: 0, examples: [] };
+  const note = (s: string): void => { if (out.examples.length < EXAMPLES) out.examples.push(s); };
+  const ids = new Map<string, Set<string>>();
+  for (const [topic, events] of history) ids.set(topic, new Set(events.map((e) => e.id)));
+  const keyOfId = new Map<string, string>();
+  for (const a of acked) {
+    if (ids.get(a.topic)?.has(a.id) !== true) { out.lost++; note(`acked ${a.topic} ${a.id} (${a.key}) is not in history`); }
+    const tid = `${a.topic} ${a.id}`;
+    const other = keyOfId.get(tid);
+    if (other === undefined) keyOfId.set(tid, a.key);
+    else if (other !== a.key) { out.sharedIds++; note(`${a.key} and ${other} were both acked as ${tid}`); }
+  }
+  for (const [topic, events] of history) {
+    const keys = events.map((e) => e.key).filter((k): k is string => k !== undefined);
+    const d = extras(keys);
+    if (d.extra > 0) { out.storedTwice += d.extra; note(`${topic}: publish ${d.first} stored more than once`); }
+  }
+  return out;
+}
+
+// ---- rates from polled counters ------------------------------------------------------
+
+/** One poll of a node: ms on the run's clock, and the raw counter as the node reported it. */
+export interface CounterPoll {
+  readonly ms: number;
+  readonly value: number;
+  /** Which start of the process answered (a new one counts from 0 again). */
+  readonly gen?: number;
+}
+
+/**
+ * Makes a counter series monotonic across restarts of the process that
+ * exports it: when the poll comes from another start (`gen`), or its value is
+ * below the one before, the process counted from 0 again, so that value is
+ * all growth. The first poll is the baseline (0).
+ */
+export function accumulate(polls: readonly CounterPoll[]): CounterPoll[] {
+  const out: CounterPoll[] = [];
+  let total = 0;
+  let prev: CounterPoll | undefined;
+  for (const p of polls) {
+    if (prev !== undefined) total += p.gen === prev.gen && p.value >= prev.value ? p.value - prev.value : p.value;
+    prev = p;
+    out.push({ ms: p.ms, value: total });
+  }
+  return out;
+}
+
+/**
+ * The sum of several monotonic series polled at their own times: at each
+ * poll of any of them, the sum of the latest value of each (0 before its
+ * first poll).
+ */
+export function sumSeries(series: readonly (readonly CounterPoll[])[]): CounterPoll[] {
+  const all = series.flatMap((s, i) => s.map((p) => ({ i, p }))).sort((x, y) => x.p.ms - y.p.ms);
+  const latest = new Array<number>(series.length).fill(0);
+  return all.map(({ i, p }) => {
+    latest[i] = p.value;
+    return { ms: p.ms, value: latest.reduce((a, b) => a + b, 0) };
+  });
+}
+
+/**
+ * Growth of a (monotonic) counter per bucket of `widthMs` from `fromMs` to
+ * `toMs`: what a poll saw since the poll before goes to the bucket the poll
+ * falls in. Polls outside the range are left out (a growth seen by the first
+ * poll inside it is counted).
+ */
+export function bucketGrowth(polls: readonly CounterPoll[], fromMs: number, toMs: number, widthMs: number): number[] {
+  if (!(widthMs > 0) || !(toMs > fromMs)) return [];
+  const out = new Array<number>(Math.ceil((toMs - fromMs) / widthMs)).fill(0);
+  for (let i = 1; i < polls.length; i++) {
+    const p = polls[i]!;
+    if (p.ms < fromMs || p.ms >= toMs) continue;
+    out[Math.floor((p.ms - fromMs) / widthMs)]! += Math.max(0, p.value - polls[i - 1]!.value);
+  }
+  return out;
+}
+
+/**
+ * The highest growth per second of a monotonic counter over any stretch of at
+ * least `windowMs` between two polls in [fromMs, toMs] (for each later poll,
+ * the closest earlier poll at least `windowMs` before it). With polls every
+ * 100 ms and a window of 1000 ms, this is the peak arrivals in one second.
+ */
+export function peakRate(polls: readonly CounterPoll[], windowMs: number, fromMs = -Infinity, toMs = Infinity): number {
+  const ps = polls.filter((p) => p.ms >= fromMs && p.ms <= toMs);
+  let best = 0;
+  let i = 0;
+  for (let j = 1; j < ps.length; j++) {
+    while (i + 1 < j && ps[j]!.ms - ps[i + 1]!.ms >= windowMs) i++;
+    const dt = ps[j]!.ms - ps[i]!.ms;
+    if (dt >= windowMs) best = Math.max(best, ((ps[j]!.value - ps[i]!.value) / dt) * 1000);
+  }
+  return best;
+}
+
+// ---- reconnects --------------------------------------------------------------------
+
+/** When one client's connection ended and when it had one again (ms on the run's clock, ascending). */
+export interface ClientTimeline {
+  readonly client: number;
+  readonly downs: readonly number[];
+  readonly ups: readonly number[];
+}
+
+export interface ReconnectStats {
+  /** Clients that lost their connection in the window. */
+  dropped: number;
+  /** Of those, the ones connected again after their last loss in the window. */
+  back: number;
+  /** ms from the window's start until that share of the dropped clients was back; NaN when fewer came back. */
+  t50Ms: number;
+  t99Ms: number;
+  tAllMs: number;
+}
+
+/** Time (in the values' unit) at which `share` of `total` had arrived; NaN when fewer did. `sorted` ascending. */
+export function timeToShare(sorted: readonly number[], total: number, share: number): number {
+  const k = Math.ceil(share * total - 1e-9);
+  if (k <= 0) return 0;
+  return k <= sorted.length ? sorted[k - 1]! : NaN;
+}
+
+/**
+ * For the clients that lost their connection in [fromMs, toMs): the time
+ * from `fromMs` until each had a connection again after its last loss in the
+ * window (a client dropped twice counts once, at its last return).
+ */
+export function reconnectStats(timelines: readonly ClientTimeline[], fromMs: number, toMs: number): ReconnectStats {
+  const backAt: number[] = [];
+  let dropped = 0;
+  for (const t of timelines) {
+    let last: number | undefined;
+    for (const d of t.downs) if (d >= fromMs && d < toMs) last = d;
+    if (last === undefined) continue;
+    dropped++;
+    const up = t.ups.find((u) => u >= last);
+    if (up !== undefined) backAt.push(up - fromMs);
+  }
+  backAt.sort((a, b) => a - b);
+  return {
+    dropped, back: backAt.length,
+    t50Ms: timeToShare(backAt, dropped, 0.5), t99Ms: timeToShare(backAt, dropped, 0.99),
+    tAllMs: backAt.length === dropped && dropped > 0 ? backAt[backAt.length - 1]! : dropped === 0 ? 0 : NaN,
+  };
+}
+
+// ---- verdicts and the table ----------------------------------------------------------
+
+export interface StepResult {
+  /** What was done: `drain A`, `SIGKILL A`, ... */
+  readonly name: string;
+  /** The node(s) whose arrivals are counted: the ones that stayed up. */
+  readonly survivors: readonly string[];
+  readonly peakArrivalsPerS: number;
+  readonly reconnect: ReconnectStats;
+}
+
+export interface ScenarioResult {
+  readonly scenario: string;
+  readonly planned: boolean;
+  readonly clients: number;
+  readonly connected: number;
+  readonly wallS: number;
+  readonly drainRate: number;
+  readonly acked: number;
+  /** Publishes still unacknowledged at the end, and rejected ones by reason. */
+  readonly unacked: number;
+  readonly rejected: Readonly<Record<string, number>>;
+  readonly history: HistoryCheck;
+  readonly delivery: DeliveryCheck;
+  readonly recoveredFalse: number;
+  /** Keyed-feed subscribers that had not got the last keyed value at the end. */
+  readonly keyedStale: number;
+  readonly keyedSubscribers: number;
+  readonly steps: readonly StepResult[];
+  readonly peakRssMiB: Readonly<Record<string, number>>;
+  readonly errorLines: Readonly<Record<string, number>>;
+  readonly errorExamples: readonly string[];
+  /** Clients not connected at the end. */
+  readonly notConnected: number;
+  readonly findings: readonly string[];
+  /** Set when the run itself broke (a process did not start, a bound ran out). */
+  readonly error?: string;
+}
+
+export interface Bounds {
+  /** The longest a step may take for 99% of its dropped clients to be back, ms. */
+  readonly max99Ms: number;
+}
+
+/** Every invariant the scenario broke, as sentences; empty when it held. */
+export function violations(r: ScenarioResult, b: Bounds): string[] {
+  const out: string[] = [];
+  if (r.error !== undefined) out.push(`run failed: ${r.error}`);
+  if (r.connected < r.clients) out.push(`only ${r.connected}/${r.clients} clients connected at the start`);
+  if (r.acked === 0) out.push('no publish was acknowledged');
+  if (r.history.lost > 0) out.push(`${r.history.lost} acknowledged publishes missing from history`);
+  if (r.history.storedTwice > 0) out.push(`${r.history.storedTwice} publishes stored twice`);
+  if (r.history.sharedIds > 0) out.push(`${r.history.sharedIds} publishes acked with another publish's id`);
+  if (r.delivery.missing > 0) out.push(`${r.delivery.missing} acknowledged events not delivered to a subscriber`);
+  const dups = r.delivery.duplicateIds + r.delivery.duplicateKeys + r.delivery.wireDuplicates;
+  if (dups > 0) out.push(`${dups} duplicate deliveries (${r.delivery.duplicateIds} by id, ${r.delivery.duplicateKeys} by publish, ${r.delivery.wireDuplicates} on the wire)`);
+  if (r.unacked > 0) out.push(`${r.unacked} publishes never acknowledged`);
+  if (r.recoveredFalse > 0) out.push(`${r.recoveredFalse} resumes answered recovered: false`);
+  if (r.keyedStale > 0) out.push(`${r.keyedStale}/${r.keyedSubscribers} keyed subscribers without the last keyed value`);
+  if (r.notConnected > 0) out.push(`${r.notConnected} clients not connected at the end`);
+  for (const s of r.steps) {
+    if (s.reconnect.dropped > 0 && !(s.reconnect.t99Ms <= b.max99Ms)) {
+      out.push(`${s.name}: 99% of ${s.reconnect.dropped} dropped clients not back within ${b.max99Ms / 1000} s (${fmtS(s.reconnect.t99Ms)})`);
+    }
+  }
+  const errors = Object.values(r.errorLines).reduce((x, y) => x + y, 0);
+  if (r.planned && errors > 0) out.push(`${errors} error lines logged in a planned scenario`);
+  return out;
+}
+
+function fmtS(ms: number): string {
+  return Number.isFinite(ms) ? `${(ms / 1000).toFixed(1)} s` : 'not reached';
+}
+
+function perNode(rec: Readonly<Record<string, number>>, fmt: (v: number) => string): string {
+  const ks = Object.keys(rec).sort();
+  return ks.length === 0 ? '-' : ks.map((k) => `${k} ${fmt(rec[k]!)}`).join(', ');
+}
+
+/** The results table, one row per scenario, in markdown. */
+export function renderTable(results: readonly ScenarioResult[], b: Bounds): string {
+  const head = ['scenario', 'clients', 'acked publishes', 'acked lost', 'duplicates', 'peak arrivals/s at survivor (WS_DRAIN_RATE)',
+    '99% reconnected after', 'peak RSS per node', 'error lines per node', 'verdict'];
+  const rows = results.map((r) => {
+    const lost = r.history.lost + r.delivery.missing;
+    const dups = r.delivery.duplicateIds + r.delivery.duplicateKeys + r.delivery.wireDuplicates + r.history.storedTwice;
+    const rate = r.steps.length === 0 ? '-' : r.steps.map((s) => `${s.name}: ${Math.round(s.peakArrivalsPerS)} at ${s.survivors.join('+')}`).join('; ');
+    const back = r.steps.length === 0 ? '-' : r.steps.map((s) => (s.reconnect.dropped === 0
+      ? `${s.name}: none dropped`
+      : `${s.name}: ${fmtS(s.reconnect.t99Ms)} (${s.reconnect.dropped} dropped)`)).join('; ');
+    const v = violations(r, b);
+    return [
+      r.scenario, `${r.connected}/${r.clients}`, String(r.acked),
+      `${lost} (history ${r.history.lost}, deliveries ${r.delivery.missing} of ${r.delivery.expected})`,
+      String(dups), `${rate} (${r.drainRate})`, back,
+      perNode(r.peakRssMiB, (m) => `${Math.round(m)} MiB`), perNode(r.errorLines, String),
+      v.length === 0 ? 'pass' : `FAIL: ${v.join('; ')}`,
+    ];
+  });
+  const line = (cells: readonly string[]): string => `| ${cells.map((c) => c.replace(/\|/g, '\\|')).join(' | ')} |`;
+  return [line(head), line(head.map(() => '---')), ...rows.map(line)].join('\n');
+}

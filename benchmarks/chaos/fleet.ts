@@ -1,0 +1,496 @@
+// The chaos clients: @sluice/client SDK clients on `ws`, held by child
+// processes (this file, run with --chaos-child; at most 2500 clients each, one
+// fd per client), from the loopback source addresses 127.0.0.2 to .9. Roles
+// by the client's global index:
+//
+// - every client subscribes to `topicsPerClient` durable topics of `topics`;
+// - every `publisherEvery`-th client also publishes durable events, one every
+//   `publishIntervalMs`, each with its own idempotency key `<client>.<n>`
+//   (also in its data), to one of its topics;
+// - every `keyedEvery`-th client (offset 1) subscribes to a keyed feed, and
+//   every `keyedPublisherEvery`-th (offset 2) publishes keyed updates to one.
+//
+// Each process records what its clients' handlers got (ids and publish keys
+// per subscription), what came on the wire (ids per client over all its
+// sockets, to see duplicates the SDK would hide), when each connection ended
+// and began, and every acknowledged publish. The orchestrator (`Fleet`) asks
+// over IPC; every request has a timeout, and a child exits when the
+// orchestrator goes away or after its lifetime.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import WebSocket from 'ws';
+import { SluiceClient, type WebSocketConstructor } from '@sluice/client';
+import { shellWithFileLimit, REPO_ROOT } from '../src/lib/spawn.ts';
+import { checkSubscription, emptyDeliveryCheck, type Acked, type DeliveryCheck } from './analysis.ts';
+
+export const CLIENT_SOURCES = ['127.0.0.2', '127.0.0.3', '127.0.0.4', '127.0.0.5', '127.0.0.6', '127.0.0.7', '127.0.0.8', '127.0.0.9'];
+export const PER_PROC_MAX = 2500;
+
+export interface Roles {
+  readonly run: string;
+  readonly topics: number;
+  readonly topicsPerClient: number;
+  readonly publisherEvery: number;
+  readonly publishIntervalMs: number;
+  readonly keyedTopics: number;
+  readonly keyedEvery: number;
+  readonly keyedPublisherEvery: number;
+  readonly keyedIntervalMs: number;
+  readonly keysPerFeed: number;
+}
+
+export const durableTopic = (r: Roles, k: number): string => `chaos.${r.run}.d${k}`;
+export const keyedTopic = (r: Roles, k: number): string => `chaos.${r.run}.k${k}`;
+
+/** The durable topics of client `i`: distinct, spread evenly. */
+export function topicsOf(r: Roles, i: number): number[] {
+  const out: number[] = [];
+  const n = Math.min(r.topicsPerClient, r.topics);
+  const step = 1 + (Math.floor(i / r.topics) % Math.max(1, r.topics - 1));
+  for (let j = 0; j < n; j++) {
+    let t = (i + j * step) % r.topics;
+    while (out.includes(t)) t = (t + 1) % r.topics;
+    out.push(t);
+  }
+  return out;
+}
+
+type Request =
+  | { op: 'connect'; urls: string[]; count: number; idBase: number; roles: Roles; concurrency: number; timeoutMs: number; t0: number }
+  | { op: 'status'; fence: number }
+  | { op: 'publishing'; on: boolean }
+  | { op: 'acked' }
+  | { op: 'verify'; acked: Record<string, string[]> }
+  | { op: 'timelines' }
+  | { op: 'close' }
+  | { op: 'exit' };
+
+export interface Status {
+  clients: number;
+  open: number;
+  closed: number;
+  /** Publishes not yet acknowledged nor rejected. */
+  pending: number;
+  acked: number;
+  /** Subscriptions (durable and keyed) that got no event yet. */
+  cold: number;
+  /** Durable subscriptions whose last fence is below the one asked about, and keyed ones the same. */
+  fenceMissing: number;
+  keyedFenceMissing: number;
+  keyedSubscribers: number;
+}
+
+export interface Extras {
+  rejected: Record<string, number>;
+  recoveredFalse: number;
+  errors: Record<string, number>;
+  closeCodes: Record<string, number>;
+  refusals: Record<string, number>;
+  keyedReceived: number;
+  odd: string[];
+}
+
+interface Envelope { id: number; req: Request }
+type Reply = { id: number; ok: true; result: unknown } | { id: number; ok: false; error: string };
+
+interface Sub {
+  topic: string;
+  ids: string[];
+  keys: string[];
+  fence: number;
+  got: number;
+}
+
+interface Held {
+  index: number;
+  client: SluiceClient;
+  subs: Sub[];
+  keyed: Sub | undefined;
+  /** Wire ids per topic over all sockets of this client. */
+  wire: Map<string, string[]>;
+  downs: number[];
+  ups: number[];
+  publisher: { topic: string; n: number; nextAt: number } | undefined;
+  keyedPublisher: { topic: string; n: number; nextAt: number } | undefined;
+}
+
+class Clients {
+  held: Held[] = [];
+  acked: Acked[] = [];
+  pending = 0;
+  rejected: Record<string, number> = {};
+  recoveredFalse = 0;
+  errors: Record<string, number> = {};
+  closeCodes: Record<string, number> = {};
+  refusals: Record<string, number> = {};
+  keyedReceived = 0;
+  odd: string[] = [];
+  roles: Roles | undefined;
+  publishTimer: NodeJS.Timeout | undefined;
+  /** The orchestrator's clock: epoch ms of its 0. */
+  t0 = 0;
+
+  private now(): number {
+    return performance.timeOrigin + performance.now() - this.t0;
+  }
+
+  private count(m: Record<string, number>, k: string): void {
+    m[k] = (m[k] ?? 0) + 1;
+  }
+
+  private ctor(local: string, h: () => Held | undefined): WebSocketConstructor {
+    return class extends WebSocket {
+      constructor(url: string, protocols?: string | string[]) {
+        super(url, protocols, { localAddress: local });
+        this.on('message', (data: Buffer, isBinary: boolean) => {
+          if (isBinary) return;
+          const s = data.toString();
+          if (!s.includes('"type":"event"')) return;
+          const f = JSON.parse(s) as { topic?: unknown; id?: unknown };
+          const held = h();
+          if (held === undefined || typeof f.topic !== 'string' || typeof f.id !== 'string') return;
+          let w = held.wire.get(f.topic);
+          if (w === undefined) held.wire.set(f.topic, (w = []));
+          w.push(f.id);
+        });
+      }
+    };
+  }
+
+  async connect(r: Extract<Request, { op: 'connect' }>): Promise<{ ready: number; failed: number; reasons: Record<string, number> }> {
+    this.roles = r.roles;
+    this.t0 = r.t0;
+    const roles = r.roles;
+    let ready = 0;
+    let failed = 0;
+    const reasons: Record<string, number> = {};
+    const deadline = Date.now() + r.timeoutMs;
+    let next = 0;
+    await new Promise<void>((resolveAll) => {
+      let inflight = 0;
+      const pump = (): void => {
+        while (inflight < r.concurrency && next < r.count) {
+          if (Date.now() > deadline) { failed += r.count - next; this.count(reasons, 'not started in time'); next = r.count; break; }
+          const local = next++;
+          const index = r.idBase + local;
+          inflight++;
+          void this.start(index, r.urls, roles).then((why) => {
+            inflight--;
+            if (why === undefined) ready++; else { failed++; this.count(reasons, why); }
+            pump();
+          });
+        }
+        if (inflight === 0 && next >= r.count) resolveAll();
+      };
+      pump();
+    });
+    return { ready, failed, reasons };
+  }
+
+  /** Starts client `index`; resolves when it is connected and every subscription answered (undefined), or why not. */
+  private start(index: number, urls: string[], roles: Roles): Promise<string | undefined> {
+    const ref: { h?: Held } = {};
+    const client = new SluiceClient({ url: urls, WebSocket: this.ctor(CLIENT_SOURCES[index % CLIENT_SOURCES.length]!, () => ref.h) });
+    const h: Held = { index, client, subs: [], keyed: undefined, wire: new Map(), downs: [], ups: [], publisher: undefined, keyedPublisher: undefined };
+    ref.h = h;
+    this.held.push(h);
+    const readies: Promise<unknown>[] = [];
+    const addSub = (topic: string): Sub => {
+      const sub: Sub = { topic, ids: [], keys: [], fence: 0, got: 0 };
+      const s = client.subscribe(topic, (e) => {
+        sub.got++;
+        const d = e.data as { p?: unknown; n?: unknown; fence?: unknown } | null;
+        if (typeof d === 'object' && d !== null && typeof d.fence === 'number') sub.fence = Math.max(sub.fence, d.fence);
+        if (e.id !== undefined) {
+          sub.ids.push(e.id);
+          if (typeof d === 'object' && d !== null && typeof d.p === 'number') sub.keys.push(`${d.p}.${String(d.n)}`);
+        } else this.keyedReceived++;
+      });
+      readies.push(s.ready);
+      return sub;
+    };
+    const mine = topicsOf(roles, index);
+    for (const k of mine) h.subs.push(addSub(durableTopic(roles, k)));
+    if (roles.keyedEvery > 0 && index % roles.keyedEvery === 1 % roles.keyedEvery) h.keyed = addSub(keyedTopic(roles, index % roles.keyedTopics));
+    if (roles.publisherEvery > 0 && index % roles.publisherEvery === 0) {
+      h.publisher = { topic: durableTopic(roles, mine[Math.floor(index / roles.publisherEvery) % mine.length]!), n: 0, nextAt: Infinity };
+    }
+    if (roles.keyedPublisherEvery > 0 && index % roles.keyedPublisherEvery === 2 % roles.keyedPublisherEvery) {
+      h.keyedPublisher = { topic: keyedTopic(roles, Math.floor(index / roles.keyedPublisherEvery) % roles.keyedTopics), n: 0, nextAt: Infinity };
+    }
+    client.on('connected', () => { h.ups.push(this.now()); });
+    client.on('disconnected', (e) => {
+      h.downs.push(this.now());
+      this.count(this.closeCodes, `${e.code}${e.reason === undefined ? '' : ` ${e.reason}`}`);
+    });
+    client.on('reconnecting', (e) => { if (e.status !== undefined) this.count(this.refusals, String(e.status)); });
+    client.on('recovered', (e) => {
+      if (!e.recovered) {
+        this.recoveredFalse++;
+        if (this.odd.length < 10) this.odd.push(`client ${index}: ${e.topic} resumed from ${String(e.since)} with recovered: false`);
+      }
+    });
+    client.on('error', (e) => this.count(this.errors, e.code));
+    client.connect();
+    return new Promise((resolve) => {
+      let done = false;
+      const t = setTimeout(() => { if (!done) { done = true; resolve('no connection and joins in 60 s'); } }, 60_000);
+      void Promise.all(readies).then(() => { if (!done) { done = true; clearTimeout(t); resolve(undefined); } },
+        (err: unknown) => { if (!done) { done = true; clearTimeout(t); resolve(`join failed: ${(err as Error).message}`); } });
+    });
+  }
+
+  publishing(on: boolean): void {
+    clearInterval(this.publishTimer);
+    this.publishTimer = undefined;
+    if (!on || this.roles === undefined) return;
+    const roles = this.roles;
+    const now = Date.now();
+    for (const h of this.held) {
+      // Spread evenly: each publisher starts at a random phase of its interval.
+      if (h.publisher !== undefined) h.publisher.nextAt = now + Math.random() * roles.publishIntervalMs;
+      if (h.keyedPublisher !== undefined) h.keyedPublisher.nextAt = now + Math.random() * roles.keyedIntervalMs;
+    }
+    this.publishTimer = setInterval(() => {
+      const t = Date.now();
+      for (const h of this.held) {
+        const p = h.publisher;
+        if (p !== undefined && p.nextAt <= t) {
+          p.nextAt += roles.publishIntervalMs;
+          const n = p.n++;
+          const key = `${h.index}.${n}`;
+          this.pending++;
+          h.client.publish(p.topic, { p: h.index, n }, { idempotencyKey: `${roles.run}.${key}` }).then((ack) => {
+            this.pending--;
+            if (ack.id !== undefined) this.acked.push({ topic: p.topic, id: ack.id, key }); else this.count(this.rejected, 'acked without id');
+          }, (err: { code?: string }) => { this.pending--; this.count(this.rejected, String(err.code)); });
+        }
+        const k = h.keyedPublisher;
+        if (k !== undefined && k.nextAt <= t) {
+          k.nextAt += roles.keyedIntervalMs;
+          const n = k.n++;
+          h.client.publish(k.topic, { p: h.index, n }, { key: `sym${n % roles.keysPerFeed}` }).catch(() => undefined);
+        }
+      }
+    }, 50);
+  }
+
+  status(fence: number): Status {
+    let open = 0;
+    let closed = 0;
+    let cold = 0;
+    let fenceMissing = 0;
+    let keyedFenceMissing = 0;
+    let keyedSubscribers = 0;
+    for (const h of this.held) {
+      if (h.client.state === 'open') open++;
+      if (h.client.state === 'closed') closed++;
+      for (const s of h.subs) { if (s.got === 0) cold++; if (s.fence < fence) fenceMissing++; }
+      if (h.keyed !== undefined) {
+        keyedSubscribers++;
+        if (h.keyed.got === 0) cold++;
+        if (h.keyed.fence < fence) keyedFenceMissing++;
+      }
+    }
+    return { clients: this.held.length, open, closed, pending: this.pending, acked: this.acked.length, cold, fenceMissing, keyedFenceMissing, keyedSubscribers };
+  }
+
+  verify(acked: Record<string, string[]>): DeliveryCheck {
+    const byTopic = new Map(Object.entries(acked).map(([t, ids]) => [t, new Set(ids)]));
+    const acc = emptyDeliveryCheck();
+    for (const h of this.held) {
+      for (const s of h.subs) checkSubscription(acc, byTopic, { client: h.index, topic: s.topic, ids: s.ids, keys: s.keys, wire: h.wire.get(s.topic) ?? [] });
+    }
+    return acc;
+  }
+
+  extras(): Extras {
+    return { rejected: this.rejected, recoveredFalse: this.recoveredFalse, errors: this.errors, closeCodes: this.closeCodes, refusals: this.refusals, keyedReceived: this.keyedReceived, odd: this.odd };
+  }
+
+  async close(): Promise<void> {
+    this.publishing(false);
+    await Promise.all(this.held.map((h) => h.client.close()));
+  }
+}
+
+function childMain(): void {
+  const lifetime = setTimeout(() => {
+    process.stderr.write(`chaos clients ${process.pid}: lifetime over, exiting\n`);
+    process.exit(3);
+  }, Number(process.env['CHAOS_CHILD_LIFETIME_MS'] ?? 30 * 60_000));
+  lifetime.unref();
+  process.on('disconnect', () => process.exit(0));
+  // A rejected publish or join is counted where it happens; nothing may end the process meanwhile.
+  process.on('unhandledRejection', () => undefined);
+  const c = new Clients();
+  let chain = Promise.resolve();
+  process.on('message', (m: Envelope) => {
+    const run = async (): Promise<void> => {
+      let reply: Reply;
+      try {
+        const r = m.req;
+        let result: unknown = null;
+        switch (r.op) {
+          case 'connect': result = await c.connect(r); break;
+          case 'status': result = c.status(r.fence); break;
+          case 'publishing': c.publishing(r.on); break;
+          case 'acked': result = { acked: c.acked, extras: c.extras() }; break;
+          case 'verify': result = c.verify(r.acked); break;
+          case 'timelines': result = c.held.map((h) => ({ client: h.index, downs: h.downs, ups: h.ups })); break;
+          case 'close': await c.close(); break;
+          case 'exit': break;
+        }
+        reply = { id: m.id, ok: true, result };
+      } catch (err) {
+        reply = { id: m.id, ok: false, error: (err as Error).stack ?? String(err) };
+      }
+      process.send!(reply);
+      if (m.req.op === 'exit') setTimeout(() => process.exit(0), 10);
+    };
+    // Status polls answer at once; everything else in order.
+    if (m.req.op === 'status') void run(); else chain = chain.then(run);
+  });
+  process.send!({ hello: process.pid });
+}
+
+// ---- the orchestrator's side --------------------------------------------------------
+
+const SELF = fileURLToPath(import.meta.url);
+
+class FleetProc {
+  private nextId = 1;
+  private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void; timer: NodeJS.Timeout }>();
+  exited = false;
+
+  private constructor(readonly index: number, readonly proc: ChildProcess) {
+    proc.on('message', (m: Reply) => {
+      const p = this.pending.get(m.id);
+      if (p === undefined) return;
+      this.pending.delete(m.id);
+      clearTimeout(p.timer);
+      if (m.ok) p.resolve(m.result); else p.reject(new Error(`chaos clients ${index}: ${m.error}`));
+    });
+    proc.on('exit', (code, signal) => {
+      this.exited = true;
+      for (const p of this.pending.values()) { clearTimeout(p.timer); p.reject(new Error(`chaos clients ${index} exited (${code ?? signal})`)); }
+      this.pending.clear();
+    });
+  }
+
+  static start(index: number): Promise<FleetProc> {
+    const proc = spawn('/bin/sh', shellWithFileLimit([process.execPath, '--import', 'tsx', SELF, '--chaos-child']), {
+      cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('chaos client process did not start in 30 s')); }, 30_000);
+      proc.once('exit', (code) => { clearTimeout(timer); reject(new Error(`chaos client process exited at start (${code})`)); });
+      proc.once('message', (m: { hello?: number }) => {
+        clearTimeout(timer);
+        if (typeof m.hello === 'number') resolve(new FleetProc(index, proc)); else reject(new Error('chaos client process said something else than hello'));
+      });
+    });
+  }
+
+  call<T>(req: Request, timeoutMs: number): Promise<T> {
+    if (this.exited) return Promise.reject(new Error(`chaos clients ${this.index} exited`));
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => { this.pending.delete(id); reject(new Error(`chaos clients ${this.index}: ${req.op} got no answer in ${timeoutMs} ms`)); }, timeoutMs);
+      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
+      this.proc.send({ id, req } satisfies Envelope);
+    });
+  }
+
+  async exit(): Promise<void> {
+    if (this.exited) return;
+    const gone = new Promise<void>((r) => this.proc.once('exit', () => r()));
+    try { await this.call({ op: 'exit' }, 5000); } catch { /* gone already; the kill below makes sure */ }
+    const timer = setTimeout(() => { if (!this.exited) this.proc.kill('SIGKILL'); }, 5000);
+    await gone;
+    clearTimeout(timer);
+  }
+
+  killNow(): void {
+    if (!this.exited) this.proc.kill('SIGKILL');
+  }
+}
+
+function sumStatus(xs: readonly Status[]): Status {
+  const out: Status = { clients: 0, open: 0, closed: 0, pending: 0, acked: 0, cold: 0, fenceMissing: 0, keyedFenceMissing: 0, keyedSubscribers: 0 };
+  for (const x of xs) for (const k of Object.keys(out) as (keyof Status)[]) out[k] += x[k];
+  return out;
+}
+
+function mergeCounts(parts: ReadonlyArray<Record<string, number>>): Record<string, number> {
+  const m: Record<string, number> = {};
+  for (const p of parts) for (const [k, v] of Object.entries(p)) m[k] = (m[k] ?? 0) + v;
+  return m;
+}
+
+/** The client processes, as one. */
+export class Fleet {
+  private constructor(readonly procs: readonly FleetProc[], readonly counts: readonly number[]) {}
+
+  static async start(clients: number, procs: number): Promise<Fleet> {
+    const n = Math.max(procs, Math.ceil(clients / PER_PROC_MAX));
+    const started = await Promise.allSettled(Array.from({ length: n }, (_, i) => FleetProc.start(i)));
+    const ok = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+    const bad = started.find((s) => s.status === 'rejected');
+    if (bad !== undefined) {
+      for (const p of ok) p.killNow();
+      throw (bad as PromiseRejectedResult).reason as Error;
+    }
+    const counts = Array.from({ length: n }, (_, i) => Math.floor(clients / n) + (i < clients % n ? 1 : 0));
+    process.once('exit', () => { for (const p of ok) p.killNow(); });
+    return new Fleet(ok, counts);
+  }
+
+  async connect(urls: string[], roles: Roles, concurrency: number, t0: number): Promise<{ ready: number; failed: number; reasons: Record<string, number> }> {
+    const rs = await Promise.all(this.procs.map((p, i) => p.call<{ ready: number; failed: number; reasons: Record<string, number> }>({
+      op: 'connect', urls, count: this.counts[i]!, idBase: this.counts.slice(0, i).reduce((x, y) => x + y, 0), roles, concurrency, timeoutMs: 120_000, t0,
+    }, 240_000)));
+    return { ready: rs.reduce((x, r) => x + r.ready, 0), failed: rs.reduce((x, r) => x + r.failed, 0), reasons: mergeCounts(rs.map((r) => r.reasons)) };
+  }
+
+  async status(fence = 0): Promise<Status> {
+    return sumStatus(await Promise.all(this.procs.map((p) => p.call<Status>({ op: 'status', fence }, 10_000))));
+  }
+
+  async publishing(on: boolean): Promise<void> {
+    await Promise.all(this.procs.map((p) => p.call({ op: 'publishing', on }, 10_000)));
+  }
+
+  async acked(): Promise<{ acked: Acked[]; extras: Extras }> {
+    const rs = await Promise.all(this.procs.map((p) => p.call<{ acked: Acked[]; extras: Extras }>({ op: 'acked' }, 30_000)));
+    const ex = rs.map((r) => r.extras);
+    return {
+      acked: rs.flatMap((r) => r.acked),
+      extras: {
+        rejected: mergeCounts(ex.map((e) => e.rejected)), recoveredFalse: ex.reduce((x, e) => x + e.recoveredFalse, 0),
+        errors: mergeCounts(ex.map((e) => e.errors)), closeCodes: mergeCounts(ex.map((e) => e.closeCodes)),
+        refusals: mergeCounts(ex.map((e) => e.refusals)), keyedReceived: ex.reduce((x, e) => x + e.keyedReceived, 0),
+        odd: ex.flatMap((e) => e.odd).slice(0, 10),
+      },
+    };
+  }
+
+  async verify(acked: Record<string, string[]>): Promise<DeliveryCheck[]> {
+    return Promise.all(this.procs.map((p) => p.call<DeliveryCheck>({ op: 'verify', acked }, 60_000)));
+  }
+
+  async timelines(): Promise<{ client: number; downs: number[]; ups: number[] }[]> {
+    return (await Promise.all(this.procs.map((p) => p.call<{ client: number; downs: number[]; ups: number[] }[]>({ op: 'timelines' }, 30_000)))).flat();
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.procs.map((p) => p.call({ op: 'close' }, 30_000).catch(() => undefined)));
+  }
+
+  async exit(): Promise<void> {
+    await Promise.all(this.procs.map((p) => p.exit()));
+  }
+}
+
+if (process.argv.includes('--chaos-child') && process.argv[1] !== undefined && pathToFileURL(process.argv[1]).href === import.meta.url) childMain();

@@ -1,0 +1,140 @@
+// pnpm chaos / pnpm chaos:ci: runs the chaos scenarios on loopback and
+// prints the results table. See benchmarks/README.md ("Chaos") and
+// docs/operations.md ("Faults and rolling restarts: measured").
+//
+//   node --import tsx chaos/main.ts                    every scenario, 10k clients; writes chaos/results.md and .json
+//   node --import tsx chaos/main.ts --ci               rolling restart, 2000 clients; writes runs/<time>-chaos-ci.*; exit 1 on a broken invariant
+//   node --import tsx chaos/main.ts --scenarios kill,redis --clients 4000
+
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { renderTable, violations, type Bounds, type ScenarioResult } from './analysis.ts';
+import { ALL_SCENARIOS, defaultConfig, DESCRIBE, runScenario, type ChaosConfig, type ScenarioName } from './scenarios.ts';
+import { BENCH_ROOT, REPO_ROOT } from '../src/lib/spawn.ts';
+import { machineInfo, openFileLimit } from '../src/lib/proc.ts';
+
+const HELP = `pnpm chaos [options]     (from benchmarks/: node --import tsx chaos/main.ts [options])
+  --scenarios a,b     of ${ALL_SCENARIOS.join(', ')} (default: all)
+  --clients N         SDK clients (default 10000; --ci: 2000)
+  --procs N           client processes (default: clients / 2500, at least 2)
+  --shards N          WS_WORKERS of each node (default 2)
+  --drain-rate N      WS_DRAIN_RATE of each node (default 500, the gateway's default)
+  --max-99-s S        bound on the time until 99% of a step's dropped clients are back
+  --ci                the CI check: rolling restart with 2000 clients, results in benchmarks/runs/
+  --out FILE          markdown output (JSON beside it)
+  --help`;
+
+function parse(argv: readonly string[]): { cfg: ChaosConfig; scenarios: ScenarioName[]; ci: boolean; out: string } {
+  const opts = new Map<string, string>();
+  let ci = false;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--help' || a === '-h') { console.log(HELP); process.exit(0); }
+    if (a === '--ci') { ci = true; continue; }
+    if (!a.startsWith('--') || argv[i + 1] === undefined) throw new Error(`unknown argument ${a}\n${HELP}`);
+    opts.set(a.slice(2), argv[++i]!);
+  }
+  const num = (k: string): number | undefined => {
+    const v = opts.get(k);
+    if (v === undefined) return undefined;
+    const n = Number(v);
+    if (!Number.isFinite(n) || n <= 0) throw new Error(`--${k} takes a positive number, not ${v}`);
+    return n;
+  };
+  for (const k of opts.keys()) if (!['scenarios', 'clients', 'procs', 'shards', 'drain-rate', 'max-99-s', 'out'].includes(k)) throw new Error(`unknown option --${k}\n${HELP}`);
+  const clients = Math.round(num('clients') ?? (ci ? 2000 : 10_000));
+  const base = defaultConfig(clients);
+  const drainRate = num('drain-rate') ?? base.drainRate;
+  const cfg: ChaosConfig = {
+    ...base,
+    procs: Math.round(num('procs') ?? base.procs),
+    shards: Math.round(num('shards') ?? base.shards),
+    drainRate,
+    max99Ms: (num('max-99-s') ?? 5 + clients / drainRate + 6 + 15) * 1000,
+  };
+  const scenarios = (opts.get('scenarios')?.split(',') ?? (ci ? ['rolling'] : [...ALL_SCENARIOS])) as ScenarioName[];
+  for (const s of scenarios) if (!ALL_SCENARIOS.includes(s)) throw new Error(`unknown scenario ${s}: one of ${ALL_SCENARIOS.join(', ')}`);
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+  const out = opts.get('out') ?? (ci ? join(BENCH_ROOT, 'runs', `${stamp}-chaos-ci.md`) : join(BENCH_ROOT, 'chaos', 'results.md'));
+  return { cfg, scenarios, ci, out };
+}
+
+function commit(): string {
+  try {
+    const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: REPO_ROOT, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: REPO_ROOT, encoding: 'utf8' }).trim() !== '';
+    return dirty ? `${sha} (with uncommitted changes)` : sha;
+  } catch {
+    return 'unknown';
+  }
+}
+
+function version(cmd: string, args: string[]): string {
+  try { return execFileSync(cmd, args, { encoding: 'utf8' }).split('\n')[0]!.trim(); } catch { return `${cmd}: not found`; }
+}
+
+function report(results: readonly ScenarioResult[], cfg: ChaosConfig, bounds: Bounds, startedAt: string): string {
+  const m = machineInfo();
+  const r = cfg.roles;
+  const pubs = Math.floor(cfg.clients / r.publisherEvery);
+  const lines = [
+    '# Chaos results', '',
+    `Run ${startedAt} at commit ${commit()}; ${m.cores} cores (${m.cpuModel}), ${m.memGiB} GiB, ${m.node}, ${version('haproxy', ['-v'])}, ${version('redis-server', ['--version'])}.`, '',
+    `${cfg.clients} @sluice/client SDK clients in ${cfg.procs} processes, two HAProxy processes (leastconn, checks on /health/ready every ${cfg.haproxyInter}, fall 2 rise 2), ` +
+    `two gateway nodes with ${cfg.shards} shards each on one redis-server (append-only file), WS_DRAIN_RATE ${cfg.drainRate}, everything else the gateway's defaults ` +
+    `(but WS_TRUST_PROXY=1 and WS_IP_CONNECT_LIMIT=1000000). Each client joins ${r.topicsPerClient} of ${r.topics} durable topics; ${pubs} publish durable events with ` +
+    `idempotency keys, one every ${r.publishIntervalMs / 1000} s each; ${Math.floor(cfg.clients / r.keyedEvery)} follow one of ${r.keyedTopics} keyed feeds.`, '',
+    renderTable(results, bounds), '',
+    'Acked lost: acknowledged publishes missing from history (a join with since 0-0 on every topic), plus (subscriber, acked event) pairs never handed to the subscriber. ' +
+    'Duplicates: events a subscriber got twice by id or by publish key, events the gateway sent a client twice on the wire, and publishes stored twice. ' +
+    'Peak arrivals: the most upgrades accepted in one second (sliding, from /metrics every 100 ms) by the node(s) that stayed up, during the step. ' +
+    '99% reconnected: from the fault until 99% of the clients it dropped had a connection again.', '',
+  ];
+  for (const x of results) {
+    lines.push(`## ${x.scenario}`, '', DESCRIBE[x.scenario as ScenarioName] ?? '', '');
+    lines.push(`- wall ${x.wallS.toFixed(0)} s; ${x.connected}/${x.clients} connected; ${x.acked} acked, ${x.unacked} unacked, rejected ${JSON.stringify(x.rejected)}; recovered:false ${x.recoveredFalse}; keyed subscribers without the last value ${x.keyedStale}/${x.keyedSubscribers}`);
+    for (const s of x.steps) {
+      const rc = s.reconnect;
+      lines.push(`- ${s.name}: ${rc.dropped} dropped, ${rc.back} back; 50% ${(rc.t50Ms / 1000).toFixed(1)} s, 99% ${(rc.t99Ms / 1000).toFixed(1)} s, all ${(rc.tAllMs / 1000).toFixed(1)} s; peak ${Math.round(s.peakArrivalsPerS)}/s at ${s.survivors.join('+')}`);
+    }
+    if (x.error !== undefined) lines.push(`- error: ${x.error}`);
+    for (const e of x.errorExamples) lines.push(`- error line: \`${e.replace(/`/g, "'")}\``);
+    for (const f of x.findings) lines.push(`- ${f}`);
+    const v = violations(x, bounds);
+    lines.push(`- verdict: ${v.length === 0 ? 'pass' : v.join('; ')}`, '');
+  }
+  return lines.join('\n');
+}
+
+async function main(): Promise<void> {
+  const { cfg, scenarios, out } = parse(process.argv.slice(2));
+  const fd = openFileLimit();
+  if (fd.soft < 4000) console.log(`note: open-file limit ${fd.soft} here; each process started raises its own to the hard limit (${fd.hard})`);
+  const bounds: Bounds = { max99Ms: cfg.max99Ms };
+  const startedAt = new Date().toISOString();
+  console.log(`chaos: ${scenarios.join(', ')} with ${cfg.clients} clients (${cfg.procs} processes); bound on 99% back: ${cfg.max99Ms / 1000} s`);
+  const results: ScenarioResult[] = [];
+  for (const s of scenarios) {
+    const t = performance.now();
+    results.push(await runScenario(s, cfg, (l) => console.log(l)));
+    console.log(`  ${s}: done in ${((performance.now() - t) / 1000).toFixed(0)} s`);
+  }
+  const md = report(results, cfg, bounds, startedAt);
+  mkdirSync(join(out, '..'), { recursive: true });
+  writeFileSync(out, `${md}\n`);
+  writeFileSync(out.replace(/\.md$/, '') + '.json', `${JSON.stringify({ startedAt, commit: commit(), cfg, results }, null, 2)}\n`);
+  console.log(`\n${renderTable(results, bounds)}\n\nwritten: ${out}`);
+  const broken = results.flatMap((r) => violations(r, bounds).map((v) => `${r.scenario}: ${v}`));
+  if (broken.length > 0) {
+    console.log(`\nchaos: ${broken.length} invariant(s) broken:\n  ${broken.join('\n  ')}`);
+    process.exitCode = 1;
+  } else console.log('\nchaos: every invariant held');
+}
+
+process.on('SIGINT', () => process.exit(130));
+process.on('SIGTERM', () => process.exit(143));
+main().then(() => process.exit(process.exitCode ?? 0), (err: unknown) => {
+  console.error((err as Error).stack ?? String(err));
+  process.exit(2);
+});

@@ -1,0 +1,114 @@
+/**
+ * The metrics issue 9 added, read from a real gateway's /metrics: the
+ * publish-to-ack and delivery-lag histograms (exact counts), the per-thread
+ * gauges, the drain gauges, and (cluster mode) Redis command latency by
+ * operation.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { type RedisServer, startRedis } from '@sluice/redis/testing';
+import { Client, clientsOnShards, eventually, type Gateway, metricValue, startGateway } from './harness.ts';
+
+async function scrape(gw: Gateway): Promise<string> {
+  return (await fetch(gw.admin('/metrics'))).text();
+}
+
+describe('histograms and per-thread gauges (embedded, two shards)', () => {
+  let gw: Gateway;
+  before(async () => {
+    gw = await startGateway({ WS_MAX_MESSAGES: '1000' });
+  });
+  after(async () => {
+    assert.equal(await gw.stop(), 0);
+  });
+
+  test('every ok ack is one publish-to-ack observation of its class; every fan-out on a shard one delivery-lag observation', async () => {
+    const [pub, sub] = await clientsOnShards(gw.url(), [0, 1]);
+    assert.equal((await sub!.request({ type: 'join', topic: 'm:1' })).status, 'ok');
+    const count = (name: string, cls: string) => metricValue(gw, `${name}_count`, `{class="${cls}"}`);
+    const ackBefore = await Promise.all(['durable', 'keyed', 'ephemeral'].map((c) => count('sluice_publish_ack_seconds', c)));
+    const lagBefore = await Promise.all(['durable', 'keyed', 'ephemeral'].map((c) => count('sluice_delivery_lag_seconds', c)));
+    for (let i = 0; i < 30; i++) assert.equal((await pub!.request({ type: 'publish', topic: 'm:1', data: i })).status, 'ok');
+    for (let i = 0; i < 5; i++) assert.equal((await pub!.request({ type: 'publish', topic: 'm:1', data: i, key: 'k' })).status, 'ok');
+    for (let i = 0; i < 7; i++) assert.equal((await pub!.request({ type: 'publish', topic: 'm:1', data: i, ephemeral: true })).status, 'ok');
+    // A rejected publish is not an ack.
+    assert.equal((await pub!.request({ type: 'publish', topic: 'bad topic', data: 1 })).status, 'error');
+    await eventually(() => sub!.frames.filter((f) => f.type === 'event').length === 42);
+    const ack = await Promise.all(['durable', 'keyed', 'ephemeral'].map((c) => count('sluice_publish_ack_seconds', c)));
+    const lag = await Promise.all(['durable', 'keyed', 'ephemeral'].map((c) => count('sluice_delivery_lag_seconds', c)));
+    assert.deepEqual(ack.map((v, i) => v - ackBefore[i]!), [30, 5, 7]);
+    // One subscribed shard: one fan-out per event.
+    assert.deepEqual(lag.map((v, i) => v - lagBefore[i]!), [30, 5, 7]);
+    const text = await scrape(gw);
+    // Loopback, idle machine or not: no ack takes 10 s, so every observation is inside a finite bucket.
+    assert.equal(await metricValue(gw, 'sluice_publish_ack_seconds_bucket', '{class="durable",le="10"}'),
+      await metricValue(gw, 'sluice_publish_ack_seconds_count', '{class="durable"}'));
+    assert.match(text, /# TYPE sluice_delivery_lag_seconds histogram/);
+    for (const c of [pub!, sub!]) c.close();
+  });
+
+  test('event-loop lag and heap are reported per thread, labelled coordinator, shard0, shard1', async () => {
+    const text = await scrape(gw);
+    for (const name of ['sluice_eventloop_lag_seconds', 'sluice_eventloop_lag_max_seconds', 'sluice_heap_used_bytes', 'sluice_heap_total_bytes']) {
+      const threads = text.split('\n').filter((l) => l.startsWith(`${name}{`)).map((l) => /thread="([^"]+)"/.exec(l)![1]);
+      assert.deepEqual(threads.sort(), ['coordinator', 'shard0', 'shard1'], name);
+    }
+    for (const thread of ['coordinator', 'shard0', 'shard1']) {
+      const used = await metricValue(gw, 'sluice_heap_used_bytes', `{thread="${thread}"}`);
+      const total = await metricValue(gw, 'sluice_heap_total_bytes', `{thread="${thread}"}`);
+      assert.ok(used > 1e6 && used <= total, `${thread}: ${used} of ${total}`);
+      assert.ok((await metricValue(gw, 'sluice_eventloop_lag_seconds', `{thread="${thread}"}`)) >= 0);
+    }
+    // No histogram or gauge takes a label from a client: the only label values are the fixed sets.
+    for (const line of text.split('\n')) {
+      if (!line.startsWith('sluice_')) continue;
+      for (const [, k, v] of line.matchAll(/([a-z_]+)="([^"]*)"/g)) {
+        assert.ok(['class', 'le', 'thread', 'reason', 'outcome', 'store', 'level', 'op'].includes(k!), `label ${k}=${v} in ${line}`);
+      }
+    }
+  });
+});
+
+test('drain gauges: elapsed since the drain began against what the configuration implies (delay + sockets / rate)', async () => {
+  const gw = await startGateway({ WS_DRAIN_DELAY_MS: '3000', WS_DRAIN_RATE: '500', WS_DRAIN_MAX_MS: '20000' });
+  const clients = await Promise.all(Array.from({ length: 10 }, () => Client.connect(gw.url())));
+  assert.equal(await metricValue(gw, 'sluice_drain_expected_seconds'), 0);
+  assert.equal(await metricValue(gw, 'sluice_drain_elapsed_seconds'), 0);
+  assert.equal(await metricValue(gw, 'sluice_drain_max_seconds'), 20);
+  assert.equal((await fetch(gw.admin('/admin/drain'), { method: 'POST' })).status, 202);
+  await eventually(async () => (await metricValue(gw, 'sluice_draining')) === 1);
+  assert.equal(await metricValue(gw, 'sluice_drain_expected_seconds'), 3 + 10 / 500);
+  await eventually(async () => (await metricValue(gw, 'sluice_drain_elapsed_seconds')) > 0.1);
+  assert.ok((await metricValue(gw, 'sluice_drain_elapsed_seconds')) < 20);
+  for (const c of clients) await c.closedBy(10_000);
+  assert.equal(await gw.stop(), 0);
+});
+
+describe('Redis command latency (cluster mode)', () => {
+  let redis: RedisServer;
+  let gw: Gateway;
+  before(async () => {
+    redis = await startRedis();
+    gw = await startGateway({ REDIS_URL: redis.url });
+    await eventually(async () => (await fetch(gw.admin('/health/ready'))).status === 200);
+  });
+  after(async () => {
+    assert.equal(await gw.stop(), 0);
+    await redis.stop();
+  });
+
+  test('every durable publish, history read, subscribe and window settle is one observation of its op', async () => {
+    const op = (name: string) => metricValue(gw, 'sluice_redis_command_seconds_count', `{op="${name}"}`).catch(() => 0);
+    const before = { publish: await op('publish'), history: await op('history'), subscribe: await op('subscribe'), window: await op('window') };
+    const c = await Client.connect(gw.url());
+    const first = await c.request({ type: 'publish', topic: 'r:1', data: 0 });
+    for (let i = 1; i < 10; i++) assert.equal((await c.request({ type: 'publish', topic: 'r:1', data: i })).status, 'ok');
+    assert.equal((await c.request({ type: 'join', topic: 'r:1', since: (first.data as { id: string }).id })).status, 'ok');
+    await eventually(async () => (await op('publish')) - before.publish === 10);
+    assert.equal((await op('history')) - before.history, 1);
+    assert.equal((await op('subscribe')) - before.subscribe, 1);
+    // The upgrade's IP window (and the tenant window's settles) went to Redis.
+    assert.ok((await op('window')) - before.window >= 1);
+    c.close();
+  });
+});

@@ -57,6 +57,8 @@ export class GatewayNode {
   exitCode: number | null = null;
   exitSignal: string | null = null;
   starts = 0;
+  /** Between its ready line and the next signal: a failed /metrics poll then counts. */
+  serving = false;
   errorLines = 0;
   readonly errorExamples: string[] = [];
   stderrLines = 0;
@@ -127,6 +129,7 @@ export class GatewayNode {
     ]);
     clearTimeout(timer);
     if ('port' in outcome) {
+      this.serving = true;
       // The port the node says it listens on must be the one it was given: a node that took another is no node of this run.
       if (outcome.port !== this.port) { this.killNow(); throw new Error(`${this.name} listens on ${outcome.port}, not ${this.port}`); }
       this.sampleRss();
@@ -137,6 +140,7 @@ export class GatewayNode {
   }
 
   signal(sig: NodeJS.Signals): void {
+    this.serving = false;
     if (this.alive) this.proc!.kill(sig);
   }
 
@@ -232,7 +236,7 @@ export class Poller {
             this.raw.get(n.name)!.push({ ms, value: acc, gen: n.starts });
             this.connected.get(n.name)!.push({ ms, value: conn });
           } catch {
-            this.errors++;
+            if (n.serving) this.errors++;
           }
         }));
         await new Promise((r) => setTimeout(r, Math.max(0, this.everyMs - (this.now() - t0))));

@@ -84,6 +84,8 @@ export interface Status {
 export interface Extras {
   rejected: Record<string, number>;
   recoveredFalse: number;
+  /** Rejoins of keyed feeds, which have no resume position (reported by the SDK as recovered: false, since undefined). */
+  keyedNoPosition: number;
   errors: Record<string, number>;
   closeCodes: Record<string, number>;
   refusals: Record<string, number>;
@@ -121,6 +123,7 @@ class Clients {
   pending = 0;
   rejected: Record<string, number> = {};
   recoveredFalse = 0;
+  keyedNoPosition = 0;
   errors: Record<string, number> = {};
   closeCodes: Record<string, number> = {};
   refusals: Record<string, number> = {};
@@ -226,6 +229,8 @@ class Clients {
     });
     client.on('reconnecting', (e) => { if (e.status !== undefined) this.count(this.refusals, String(e.status)); });
     client.on('recovered', (e) => {
+      // A keyed feed has no durable event, so no resume position: its rejoin is reported as recovered: false, since undefined.
+      if (!e.recovered && e.topic === h.keyed?.topic && e.since === undefined) { this.keyedNoPosition++; return; }
       if (!e.recovered) {
         this.recoveredFalse++;
         if (this.odd.length < 10) this.odd.push(`client ${index}: ${e.topic} resumed from ${String(e.since)} with recovered: false`);
@@ -306,7 +311,7 @@ class Clients {
   }
 
   extras(): Extras {
-    return { rejected: this.rejected, recoveredFalse: this.recoveredFalse, errors: this.errors, closeCodes: this.closeCodes, refusals: this.refusals, keyedReceived: this.keyedReceived, odd: this.odd };
+    return { rejected: this.rejected, recoveredFalse: this.recoveredFalse, keyedNoPosition: this.keyedNoPosition, errors: this.errors, closeCodes: this.closeCodes, refusals: this.refusals, keyedReceived: this.keyedReceived, odd: this.odd };
   }
 
   async close(): Promise<void> {
@@ -469,6 +474,7 @@ export class Fleet {
       acked: rs.flatMap((r) => r.acked),
       extras: {
         rejected: mergeCounts(ex.map((e) => e.rejected)), recoveredFalse: ex.reduce((x, e) => x + e.recoveredFalse, 0),
+        keyedNoPosition: ex.reduce((x, e) => x + e.keyedNoPosition, 0),
         errors: mergeCounts(ex.map((e) => e.errors)), closeCodes: mergeCounts(ex.map((e) => e.closeCodes)),
         refusals: mergeCounts(ex.map((e) => e.refusals)), keyedReceived: ex.reduce((x, e) => x + e.keyedReceived, 0),
         odd: ex.flatMap((e) => e.odd).slice(0, 10),

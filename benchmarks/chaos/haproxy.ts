@@ -38,8 +38,9 @@ function replaceOnce(text: string, re: RegExp, by: string, what: string): string
  * the fd limit (and `ulimit-n`, a stats socket), the frontend on the run's
  * port adding `X-Forwarded-For` (the nodes run with WS_TRUST_PROXY=1), the
  * backend with the run's servers, its source address, a redispatch of a
- * failed connect to the other node, and shorter checks. Balance, the health
- * check on /health/ready and the timeouts are the deploy file's.
+ * failed connect to the other node, shorter checks, and the check on
+ * /health/ready sent as HTTP/1.1 with a Host header (see below). Balance,
+ * the expected status and the timeouts are the deploy file's.
  */
 export function haproxyConfig(base: string, o: HaproxyOptions): string {
   if (o.ulimitN < 2 * o.maxconn + 100) throw new Error(`ulimit-n ${o.ulimitN} is too small for maxconn ${o.maxconn} (two fds per connection)`);
@@ -48,9 +49,11 @@ export function haproxyConfig(base: string, o: HaproxyOptions): string {
   c = replaceOnce(c, /^ {4}bind 127\.0\.0\.1:\d+$/m, `    bind 127.0.0.1:${o.bindPort}\n    option forwardfor`, 'frontend bind line');
   c = replaceOnce(c, /^backend sluice$/m, `backend sluice\n    source ${o.source}\n    option redispatch 1\n    retries 3`, 'backend sluice');
   c = replaceOnce(c, /^ {4}default-server inter \S+ fall \d+ rise \d+$/m, `    default-server inter ${o.inter} fall ${o.fall} rise ${o.rise}`, 'default-server line');
-  if (!/^ {4}balance leastconn$/m.test(c) || !/^ {4}option httpchk GET \/health\/ready$/m.test(c)) {
-    throw new Error('deploy/haproxy/haproxy.cfg changed shape: no leastconn or no /health/ready check');
-  }
+  if (!/^ {4}balance leastconn$/m.test(c)) throw new Error('deploy/haproxy/haproxy.cfg changed shape: no balance leastconn');
+  // `option httpchk GET /health/ready` alone sends HTTP/1.0 without Host, which the gateway's public port (uWS)
+  // leaves unanswered: every server would stay DOWN. The check is sent as HTTP/1.1 with a Host header.
+  c = replaceOnce(c, /^ {4}option httpchk GET \/health\/ready(?: HTTP\/1\.[01])?$/m,
+    '    option httpchk\n    http-check send meth GET uri /health/ready ver HTTP/1.1 hdr Host sluice', 'option httpchk on /health/ready');
   const servers = [...c.matchAll(/^ {4}server .*$/gm)];
   if (servers.length === 0) throw new Error('deploy/haproxy/haproxy.cfg changed shape: no server lines');
   c = c.replace(/^ {4}server .*\n?/gm, '');

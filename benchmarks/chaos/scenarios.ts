@@ -244,11 +244,17 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     }));
     await poller.stop();
     for (const n of c.nodes) { n.sampleRss(); if (n.stderrLines > 0) findings.push(`${n.name} wrote ${n.stderrLines} stderr lines: ${n.stderrExamples.join(' | ')}`); }
-    for (const l of c.lbs) if (l.stderr.length > 0) findings.push(`${l.name} stderr: ${l.stderr.slice(0, 5).join(' | ')}`);
+    for (const l of c.lbs) {
+      // HAProxy reports every server state change on stderr: those are counted, anything else is shown.
+      const changes = l.stderr.filter((x) => /Server sluice\/node-\w+ is (UP|DOWN)/.test(x));
+      const other = l.stderr.filter((x) => !changes.includes(x));
+      findings.push(`${l.name}: ${changes.length} server state changes (${changes.map((x) => /node-\w+ is (UP|DOWN)/.exec(x)?.[0]).join(', ')})`);
+      if (other.length > 0) findings.push(`${l.name} stderr: ${other.slice(0, 5).join(' | ')}`);
+    }
     if (poller.errors > 0) findings.push(`${poller.errors} /metrics polls failed (a node down or busy)`);
     if (Object.keys(extras.refusals).length > 0) findings.push(`refused upgrades seen by clients, by status: ${JSON.stringify(extras.refusals)}`);
     if (Object.keys(extras.errors).length > 0) findings.push(`client errors by code: ${JSON.stringify(extras.errors)}`);
-    findings.push(`client disconnects by close: ${JSON.stringify(extras.closeCodes)}; keyed events received: ${extras.keyedReceived}`);
+    findings.push(`client disconnects by close: ${JSON.stringify(extras.closeCodes)}; keyed events received: ${extras.keyedReceived}; keyed-feed rejoins without a resume position (no durable event on a feed): ${extras.keyedNoPosition}`);
     findings.push(...extras.odd, ...hist.examples, ...delivery.examples);
     return {
       ...base, connected: conn.ready, wallS: now() / 1000,

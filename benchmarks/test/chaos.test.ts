@@ -1,0 +1,203 @@
+// The chaos harness's own pure pieces: the invariant checker (lost and
+// duplicate accounting), the arrival-rate bucketing and peaks, reconnect
+// times, the verdicts, the HAProxy configuration made from the deploy file.
+// The full cluster run is the CI step `pnpm chaos:ci`.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  accumulate, ackedByTopic, bucketGrowth, checkHistory, checkSubscription, emptyDeliveryCheck, mergeDeliveryChecks, peakRate,
+  reconnectStats, renderTable, sumSeries, timeToShare, violations, type Acked, type ScenarioResult,
+} from '../chaos/analysis.ts';
+import { DEPLOY_CFG, haproxyConfig, parseShowStat } from '../chaos/haproxy.ts';
+import { topicsOf, type Roles } from '../chaos/fleet.ts';
+import { defaultConfig } from '../chaos/scenarios.ts';
+
+const acked: Acked[] = [
+  { topic: 't1', id: '1-0', key: '7.0' },
+  { topic: 't1', id: '2-0', key: '7.1' },
+  { topic: 't2', id: '3-0', key: '8.0' },
+];
+
+test('checkSubscription: every acked id of the topic must be there; repeats by id, by publish key and on the wire each count', () => {
+  const byTopic = ackedByTopic(acked);
+  const acc = emptyDeliveryCheck();
+  // Complete, plus ids that were never acked (warm-up, fence): nothing to report.
+  checkSubscription(acc, byTopic, { client: 1, topic: 't1', ids: ['0-1', '1-0', '2-0', '9-0'], keys: ['7.0', '7.1'], wire: ['0-1', '1-0', '2-0', '9-0'] });
+  assert.deepEqual({ ...acc, examples: [] }, { subscriptions: 1, expected: 2, missing: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] });
+  // Missing 2-0; got 1-0 twice; the SDK hid a repeat on the wire.
+  checkSubscription(acc, byTopic, { client: 2, topic: 't1', ids: ['1-0', '1-0'], keys: ['7.0', '7.0'], wire: ['1-0', '1-0', '1-0'] });
+  assert.equal(acc.missing, 1);
+  assert.equal(acc.duplicateIds, 1);
+  // The same publish key under two ids is a publish stored twice (the SDK cannot see it: the ids differ).
+  assert.equal(acc.duplicateKeys, 1);
+  assert.equal(acc.wireDuplicates, 2);
+  // A topic nobody published on expects nothing.
+  checkSubscription(acc, byTopic, { client: 3, topic: 't3', ids: [], keys: [], wire: [] });
+  assert.equal(acc.expected, 4);
+  assert.equal(acc.subscriptions, 3);
+  assert.ok(acc.examples.some((e) => e.includes('client 2 never got t1 2-0')), acc.examples.join('\n'));
+  const merged = mergeDeliveryChecks([acc, acc]);
+  assert.equal(merged.missing, 2);
+  assert.equal(merged.wireDuplicates, 4);
+  assert.ok(merged.examples.length <= 10);
+});
+
+test('checkHistory: acked ids missing from their topic, publishes stored twice, two publishes acked with one id', () => {
+  const ok = checkHistory(acked, new Map([
+    ['t1', [{ id: '0-1', key: undefined }, { id: '1-0', key: '7.0' }, { id: '2-0', key: '7.1' }]],
+    ['t2', [{ id: '3-0', key: '8.0' }]],
+  ]));
+  assert.deepEqual({ ...ok, examples: [] }, { acked: 3, lost: 0, storedTwice: 0, sharedIds: 0, examples: [] });
+  // 3-0 sits in the wrong topic's history: it is lost for t2. 7.0 stored twice.
+  const bad = checkHistory([...acked, { topic: 't1', id: '2-0', key: '7.9' }], new Map([
+    ['t1', [{ id: '1-0', key: '7.0' }, { id: '1-5', key: '7.0' }, { id: '2-0', key: '7.1' }, { id: '3-0', key: '8.0' }]],
+  ]));
+  assert.equal(bad.lost, 1);
+  assert.equal(bad.storedTwice, 1);
+  assert.equal(bad.sharedIds, 1);
+});
+
+test('accumulate: a restart (new gen, or a lower value) counts from 0 again; the first poll is the baseline', () => {
+  const s = accumulate([
+    { ms: 0, value: 100, gen: 1 }, { ms: 100, value: 150, gen: 1 }, { ms: 200, value: 150, gen: 1 },
+    { ms: 300, value: 20, gen: 2 }, { ms: 400, value: 30, gen: 2 },
+    // Same gen but lower: a counter that went back is a reset too.
+    { ms: 500, value: 5, gen: 2 },
+    // A new start that already counted more than the old one had: still all growth.
+    { ms: 600, value: 200, gen: 3 },
+  ]);
+  assert.deepEqual(s.map((p) => p.value), [0, 50, 50, 70, 80, 85, 285]);
+});
+
+test('bucketGrowth: growth goes to the bucket of the poll that saw it; polls outside the range are left out', () => {
+  const polls = [{ ms: 0, value: 0 }, { ms: 90, value: 5 }, { ms: 180, value: 5 }, { ms: 260, value: 12 }, { ms: 450, value: 20 }];
+  assert.deepEqual(bucketGrowth(polls, 0, 300, 100), [5, 0, 7]);
+  assert.deepEqual(bucketGrowth(polls, 100, 500, 200), [7, 8]);
+  assert.deepEqual(bucketGrowth(polls, 0, 0, 100), []);
+});
+
+test('peakRate: the most growth over one second between polls at least a second apart, per second', () => {
+  // Polls every 100 ms; 500 arrivals between 1.0 s and 1.5 s, nothing else.
+  const polls = Array.from({ length: 40 }, (_, i) => ({ ms: i * 100, value: i <= 10 ? 0 : i >= 15 ? 500 : (i - 10) * 100 }));
+  assert.equal(peakRate(polls, 1000), 500);
+  // A window that excludes the burst sees nothing.
+  assert.equal(peakRate(polls, 1000, 2000, 4000), 0);
+  // Over 100 ms windows the burst is 1000/s.
+  assert.equal(peakRate(polls, 100), 1000);
+  // Polls further apart than the window: the rate is over their real gap, not scaled up.
+  assert.equal(peakRate([{ ms: 0, value: 0 }, { ms: 2000, value: 1000 }], 1000), 500);
+  assert.equal(peakRate([{ ms: 0, value: 0 }], 1000), 0);
+});
+
+test('sumSeries: the sum of the latest values of each series at every poll', () => {
+  const a = [{ ms: 0, value: 0 }, { ms: 100, value: 10 }, { ms: 200, value: 30 }];
+  const b = [{ ms: 50, value: 5 }, { ms: 150, value: 7 }];
+  assert.deepEqual(sumSeries([a, b]).map((p) => [p.ms, p.value]), [[0, 0], [50, 5], [100, 15], [150, 17], [200, 37]]);
+});
+
+test('reconnectStats: from the window start to each dropped client\'s return after its last drop; NaN when too few came back', () => {
+  const tl = [
+    { client: 0, downs: [1000], ups: [0, 1500] },
+    { client: 1, downs: [1200, 2000], ups: [0, 1300, 2600] }, // dropped twice: back at 2600
+    { client: 2, downs: [], ups: [0] }, // never dropped
+    { client: 3, downs: [500], ups: [0, 700] }, // dropped before the window
+    { client: 4, downs: [1100], ups: [0] }, // never back
+  ];
+  const r = reconnectStats(tl, 1000, 3000);
+  assert.equal(r.dropped, 3);
+  assert.equal(r.back, 2);
+  assert.equal(r.t50Ms, 1600);
+  assert.ok(Number.isNaN(r.t99Ms));
+  assert.ok(Number.isNaN(r.tAllMs));
+  const all = reconnectStats(tl.slice(0, 2), 1000, 3000);
+  assert.equal(all.t99Ms, 1600);
+  assert.equal(all.tAllMs, 1600);
+  assert.deepEqual(reconnectStats(tl, 5000, 6000), { dropped: 0, back: 0, t50Ms: 0, t99Ms: 0, tAllMs: 0 });
+  assert.equal(timeToShare([1, 2, 3], 3, 0.99), 3);
+});
+
+function result(over: Partial<ScenarioResult> = {}): ScenarioResult {
+  return {
+    scenario: 'rolling', planned: true, clients: 10, connected: 10, wallS: 60, drainRate: 500, acked: 5, unacked: 0, rejected: {},
+    history: { acked: 5, lost: 0, storedTwice: 0, sharedIds: 0, examples: [] },
+    delivery: { subscriptions: 20, expected: 50, missing: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] },
+    recoveredFalse: 0, keyedStale: 0, keyedSubscribers: 1, notConnected: 0,
+    steps: [{ name: 'drain A', survivors: ['B'], peakArrivalsPerS: 480, reconnect: { dropped: 5, back: 5, t50Ms: 4000, t99Ms: 9000, tAllMs: 9000 } }],
+    peakRssMiB: { A: 200, B: 210 }, errorLines: { A: 0, B: 0 }, errorExamples: [], findings: [],
+    ...over,
+  };
+}
+
+test('violations: lost, duplicates, slow reconnects, and error lines only in planned scenarios', () => {
+  const b = { max99Ms: 10_000 };
+  assert.deepEqual(violations(result(), b), []);
+  assert.match(violations(result({ history: { acked: 5, lost: 1, storedTwice: 0, sharedIds: 0, examples: [] } }), b).join(), /1 acknowledged publishes missing/);
+  assert.match(violations(result({ delivery: { ...result().delivery, wireDuplicates: 2 } }), b).join(), /2 duplicate deliveries/);
+  assert.match(violations(result({ steps: [{ ...result().steps[0]!, reconnect: { dropped: 5, back: 4, t50Ms: 1, t99Ms: NaN, tAllMs: NaN } }] }), b).join(), /not back within 10 s/);
+  assert.match(violations(result({ errorLines: { A: 1, B: 0 } }), b).join(), /1 error lines/);
+  assert.deepEqual(violations(result({ planned: false, scenario: 'kill', errorLines: { A: 3 } }), b), []);
+  assert.match(violations(result({ acked: 0 }), b).join(), /no publish/);
+  const table = renderTable([result(), result({ scenario: 'kill', planned: false, delivery: { ...result().delivery, missing: 3 } })], b);
+  const lines = table.split('\n');
+  assert.equal(lines.length, 4);
+  assert.match(lines[2]!, /\| rolling \| 10\/10 \| 5 \| 0 .*drain A: 480 at B \(500\).*drain A: 9\.0 s \(5 dropped\).*A 200 MiB, B 210 MiB.*\| pass \|$/);
+  assert.match(lines[3]!, /\| kill .*\| 3 \(history 0, deliveries 3 of 50\).*FAIL: 3 acknowledged events not delivered/);
+});
+
+const lbOpts = {
+  bindPort: 23456, servers: [{ name: 'node-a', port: 24001 }, { name: 'node-b', port: 24002 }], source: '127.0.0.20',
+  maxconn: 9000, ulimitN: 19_000, statsSocket: '/tmp/x.sock', inter: '500ms', fall: 2, rise: 2,
+};
+
+test('haproxyConfig: the deploy file with the run\'s ports, sizes, source and checks; HTTP/1.1 checks with a Host header', () => {
+  const cfg = haproxyConfig(readFileSync(DEPLOY_CFG, 'utf8'), lbOpts);
+  assert.match(cfg, /^ {4}maxconn 9000\n {4}ulimit-n 19000\n {4}stats socket \/tmp\/x\.sock level admin$/m);
+  assert.match(cfg, /^ {4}bind 127\.0\.0\.1:23456\n {4}option forwardfor$/m);
+  assert.match(cfg, /^ {4}balance leastconn$/m);
+  assert.match(cfg, /^ {4}http-check send meth GET uri \/health\/ready ver HTTP\/1\.1 hdr Host sluice\n {4}http-check expect status 200$/m);
+  assert.match(cfg, /^ {4}default-server inter 500ms fall 2 rise 2$/m);
+  assert.match(cfg, /^ {4}source 127\.0\.0\.20$/m);
+  assert.deepEqual([...cfg.matchAll(/^ {4}server (\S+) (\S+) check$/gm)].map((m) => [m[1], m[2]]), [['node-a', '127.0.0.1:24001'], ['node-b', '127.0.0.1:24002']]);
+  assert.doesNotMatch(cfg, /8080|8081|:8000|200000/);
+  assert.doesNotMatch(cfg, /^ *[^#\n ][^#\n]*shutdown-sessions/m);
+  // Two fds per proxied connection: a maxconn the fd limit cannot hold is refused.
+  assert.throws(() => haproxyConfig(readFileSync(DEPLOY_CFG, 'utf8'), { ...lbOpts, maxconn: 10_000, ulimitN: 19_000 }), /too small/);
+  assert.throws(() => haproxyConfig('global\n    maxconn 5\n', lbOpts), /changed shape/);
+});
+
+test('haproxyConfig: haproxy -c accepts it (when haproxy is installed)', (t) => {
+  if (spawnSync('haproxy', ['-v']).status !== 0) { t.skip('no haproxy here'); return; }
+  const dir = mkdtempSync(join(tmpdir(), 'chaos-test-'));
+  try {
+    const p = join(dir, 'lb.cfg');
+    writeFileSync(p, haproxyConfig(readFileSync(DEPLOY_CFG, 'utf8'), { ...lbOpts, statsSocket: join(dir, 'lb.sock') }));
+    const r = spawnSync('haproxy', ['-c', '-f', p], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('parseShowStat: backend servers and their status', () => {
+  const csv = '# pxname,svname,qcur,status,weight\nws_in,FRONTEND,,OPEN,\nsluice,node-a,0,UP,1\nsluice,node-b,0,DOWN 1/2,1\nsluice,BACKEND,0,UP,1\n';
+  assert.deepEqual(parseShowStat(csv), { 'node-a': 'UP', 'node-b': 'DOWN 1/2' });
+  assert.deepEqual(parseShowStat(''), {});
+});
+
+test('topicsOf: distinct topics per client, every topic about equally subscribed', () => {
+  const roles = { ...defaultConfig(10_000).roles, run: 'x' } satisfies Roles;
+  const per = new Array<number>(roles.topics).fill(0);
+  for (let i = 0; i < 10_000; i++) {
+    const ts = topicsOf(roles, i);
+    assert.equal(ts.length, roles.topicsPerClient);
+    assert.equal(new Set(ts).size, ts.length);
+    for (const t of ts) per[t]!++;
+  }
+  const expect = (10_000 * roles.topicsPerClient) / roles.topics;
+  assert.ok(per.every((n) => Math.abs(n - expect) <= expect * 0.1), JSON.stringify(per));
+});

@@ -80,13 +80,19 @@ interface SocketData extends FixedWindowState, LaneData {
 
 type Socket = WebSocket<SocketData>;
 
-/** A join with `since` whose replay is on its way: live events meanwhile wait here. */
+/**
+ * A join with `since` whose replay is on its way: live events meanwhile wait
+ * in `buffered`. After the replay, until this shard's live delivery of the
+ * topic reaches the last replayed id (`after`), live events go to the socket
+ * one by one, those not after `after` left out (see `recover`).
+ */
 interface Recovery {
   readonly ws: Socket;
   readonly d: SocketData;
   readonly topic: string;
   readonly key: string;
   readonly buffered: Delivery[];
+  after: EventId | undefined;
 }
 
 /** A topic some socket of this shard has joined: the shard's single broker subscription. */
@@ -149,6 +155,8 @@ class Shard {
   private readonly sockets = new Set<Socket>();
   private readonly topics = new Map<string, TopicState>();
   private readonly recoveries = new Map<string, Set<Recovery>>();
+  /** Per subscribed topic, the newest durable id this shard delivered live. */
+  private readonly liveLast = new Map<string, EventId>();
   private readonly registry = new Registry();
   private readonly welcome: string;
   private readonly replies = new Map<Socket, string[]>();
@@ -741,7 +749,7 @@ class Shard {
    * Everything before the join's reply is replay; everything after is live.
    */
   private recover(ws: Socket, d: SocketData, f: JoinFrame, key: string, since: string, span: Span | undefined): void {
-    const rec: Recovery = { ws, d, topic: f.topic, key, buffered: [] };
+    const rec: Recovery = { ws, d, topic: f.topic, key, buffered: [], after: undefined };
     let set = this.recoveries.get(key);
     if (set === undefined) this.recoveries.set(key, (set = new Set()));
     set.add(rec);
@@ -774,7 +782,20 @@ class Shard {
         for (const ev of rec.buffered) {
           if (ev.id === undefined || compareEventIds(parseEventId(ev.id)!, last) > 0) ws.send(ev.frame, false);
         }
-        this.lane.subscribe(ws, d, key);
+        // In cluster mode the read and the live events come over two Redis
+        // connections: the pub/sub message of an event the read returned may
+        // still be on its way. Until live delivery has reached the last
+        // replayed id, the socket gets live events one by one, without those
+        // the replay covered; then it goes native (`forward`).
+        const live = this.liveLast.get(key);
+        if (live !== undefined && compareEventIds(live, last) >= 0) this.lane.subscribe(ws, d, key);
+        else {
+          rec.after = last;
+          rec.buffered.length = 0;
+          let again = this.recoveries.get(key);
+          if (again === undefined) this.recoveries.set(key, (again = new Set()));
+          again.add(rec);
+        }
       });
       if (span !== undefined) {
         span.setAttributes({ 'sluice.replayed': read.events.length, 'sluice.recovered': read.recovered });
@@ -793,6 +814,23 @@ class Shard {
       this.release(key);
       ws.cork(() => ws.send(encodeRejection(f.ref, 'unavailable'), false));
     });
+  }
+
+  /** A live event for a socket whose replay is done but whose topic's live delivery had not reached the replay's end. */
+  private forward(rec: Recovery, d: Delivery, id: EventId | undefined): void {
+    const after = rec.after!;
+    const caughtUp = id !== undefined && compareEventIds(id, after) >= 0;
+    if (rec.d.open) {
+      rec.ws.cork(() => {
+        if (id === undefined || compareEventIds(id, after) > 0) rec.ws.send(d.frame, false);
+        if (caughtUp) this.lane.subscribe(rec.ws, rec.d, rec.key);
+      });
+    }
+    if (caughtUp) {
+      const set = this.recoveries.get(rec.key);
+      set?.delete(rec);
+      if (set?.size === 0) this.recoveries.delete(rec.key);
+    }
   }
 
   private cancelRecovery(d: SocketData, key: string): void {
@@ -849,6 +887,7 @@ class Shard {
     if (st === undefined) return;
     if (--st.count > 0) return;
     this.topics.delete(key);
+    this.liveLast.delete(key);
     this.broker.unsubscribe(key);
   }
 
@@ -895,8 +934,18 @@ class Shard {
     this.lane.counters.sent += this.app.numSubscribers(d.topic) - buffering;
     this.app.publish(d.topic, d.frame, false, false);
     this.lane.deliver(d, now);
+    const id = d.id === undefined ? undefined : parseEventId(d.id);
+    if (id !== undefined) {
+      const prev = this.liveLast.get(d.topic);
+      if (prev === undefined || compareEventIds(id, prev) > 0) this.liveLast.set(d.topic, id);
+    }
     const recs = this.recoveries.get(d.topic);
-    if (recs !== undefined) for (const rec of recs) rec.buffered.push(d);
+    if (recs !== undefined) {
+      for (const rec of recs) {
+        if (rec.after === undefined) rec.buffered.push(d);
+        else this.forward(rec, d, id);
+      }
+    }
     span?.end();
   }
 

@@ -109,8 +109,10 @@ interface Held {
   client: SluiceClient;
   subs: Sub[];
   keyed: Sub | undefined;
-  /** Wire ids per topic over all sockets of this client. */
-  wire: Map<string, string[]>;
+  /** Wire ids per topic over all sockets of this client, with the socket (1, 2, ...) and time of each. */
+  wire: Map<string, { ids: string[]; socks: number[]; at: number[] }>;
+  sockets: number;
+  joins: string[];
   downs: number[];
   ups: number[];
   publisher: { topic: string; n: number; nextAt: number } | undefined;
@@ -131,6 +133,7 @@ class Clients {
   odd: string[] = [];
   roles: Roles | undefined;
   publishTimer: NodeJS.Timeout | undefined;
+  explained: string[] = [];
   /** The orchestrator's clock: epoch ms of its 0. */
   t0 = 0;
 
@@ -143,9 +146,13 @@ class Clients {
   }
 
   private ctor(local: string, h: () => Held | undefined): WebSocketConstructor {
+    const now = (): number => this.now();
     return class extends WebSocket {
+      private readonly sock: number;
       constructor(url: string, protocols?: string | string[]) {
         super(url, protocols, { localAddress: local });
+        const held0 = h();
+        this.sock = held0 === undefined ? -1 : ++held0.sockets;
         this.on('message', (data: Buffer, isBinary: boolean) => {
           if (isBinary) return;
           const s = data.toString();
@@ -154,11 +161,29 @@ class Clients {
           const held = h();
           if (held === undefined || typeof f.topic !== 'string' || typeof f.id !== 'string') return;
           let w = held.wire.get(f.topic);
-          if (w === undefined) held.wire.set(f.topic, (w = []));
-          w.push(f.id);
+          if (w === undefined) held.wire.set(f.topic, (w = { ids: [], socks: [], at: [] }));
+          w.ids.push(f.id);
+          w.socks.push(this.sock);
+          w.at.push(Math.round(now()));
         });
       }
+
+      override send(data: string): void {
+        // Joins are kept (socket, topic, since) to explain a repeat on the wire.
+        if (data.startsWith('{"type":"join"')) h()?.joins.push(`${this.sock}@${Math.round(now())}:${data}`);
+        super.send(data);
+      }
     };
+  }
+
+  /** Where each copy of a repeated wire id came from, and the joins of that topic: for the report. */
+  private explain(h: Held, topic: string, id: string): string {
+    const w = h.wire.get(topic);
+    if (w === undefined) return '';
+    const copies = w.ids.flatMap((x, i) => (x === id ? [`socket ${w.socks[i]} at ${w.at[i]} ms`] : []));
+    const joins = h.joins.filter((j) => j.includes(JSON.stringify(topic))).map((j) => j.replace(/"ref":"[^"]*",/, '').replace(/"topic":"[^"]*",?/, ''));
+    const downs = h.downs.map((d) => Math.round(d)).join(', ');
+    return `copies: ${copies.join(', ')}; joins: ${joins.join(' ')}; downs at ${downs}`;
   }
 
   async connect(r: Extract<Request, { op: 'connect' }>): Promise<{ ready: number; failed: number; reasons: Record<string, number> }> {
@@ -195,7 +220,7 @@ class Clients {
   private start(index: number, urls: string[], roles: Roles): Promise<string | undefined> {
     const ref: { h?: Held } = {};
     const client = new SluiceClient({ url: urls, WebSocket: this.ctor(CLIENT_SOURCES[index % CLIENT_SOURCES.length]!, () => ref.h) });
-    const h: Held = { index, client, subs: [], keyed: undefined, wire: new Map(), downs: [], ups: [], publisher: undefined, keyedPublisher: undefined };
+    const h: Held = { index, client, subs: [], keyed: undefined, wire: new Map(), sockets: 0, joins: [], downs: [], ups: [], publisher: undefined, keyedPublisher: undefined };
     ref.h = h;
     this.held.push(h);
     const readies: Promise<unknown>[] = [];
@@ -305,8 +330,18 @@ class Clients {
     const byTopic = new Map(Object.entries(acked).map(([t, ids]) => [t, new Set(ids)]));
     const acc = emptyDeliveryCheck();
     for (const h of this.held) {
-      for (const s of h.subs) checkSubscription(acc, byTopic, { client: h.index, topic: s.topic, ids: s.ids, keys: s.keys, wire: h.wire.get(s.topic) ?? [] });
+      for (const s of h.subs) {
+        const before = acc.wireDuplicates;
+        const wire = h.wire.get(s.topic)?.ids ?? [];
+        checkSubscription(acc, byTopic, { client: h.index, topic: s.topic, ids: s.ids, keys: s.keys, wire });
+        if (acc.wireDuplicates > before && this.explained.length < 10) {
+          const seen = new Set<string>();
+          const dup = wire.find((x) => (seen.has(x) ? true : (seen.add(x), false)))!;
+          this.explained.push(`client ${h.index} ${s.topic} ${dup}: ${this.explain(h, s.topic, dup)}`);
+        }
+      }
     }
+    acc.examples.unshift(...this.explained);
     return acc;
   }
 

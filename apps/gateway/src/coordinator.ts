@@ -7,6 +7,7 @@ import { MessageChannel, type MessagePort } from 'node:worker_threads';
 import type { Server } from 'node:http';
 import { type AddressInfo, createServer } from 'node:net';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { Piscina } from 'piscina';
 import { type Config, type DrainPace, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, shareBudget, type PublishRequest,
   type PublishResult, redactedConfig, topicKey } from '@sluice/core';
@@ -48,6 +49,14 @@ export class Coordinator {
   private readonly tasks = new Map<number, Promise<void>>();
   private readonly generations: number[] = [];
   private readonly registry = new Registry();
+  /** Each running shard's last scrape: stands in for one that misses a scrape's deadline. */
+  private readonly lastScrape = new Map<number, MetricsJson>();
+  /**
+   * The counters and histograms of shards that crashed, as last scraped: a
+   * restarted shard counts from 0 again, and without these the node's sums
+   * would fall, which Prometheus reads as a counter reset.
+   */
+  private readonly retired: MetricsJson[] = [];
   private readonly nodeId = randomBytes(4).toString('hex');
   private pool: Piscina<ShardTask, ShardExit> | undefined;
   private admin: Server | undefined;
@@ -246,6 +255,14 @@ export class Coordinator {
   private detach(shard: number, link: ShardLink): void {
     if (this.links.get(shard) !== link) return;
     this.links.delete(shard);
+    const last = this.lastScrape.get(shard);
+    this.lastScrape.delete(shard);
+    if (last !== undefined) {
+      // prom-client's typings call the type an enum; in the JSON it is the name.
+      this.retired.push(last.filter((m) => (m.type as unknown as string) === 'counter' || (m.type as unknown as string) === 'histogram'));
+      // One entry, whatever the number of crashes: the retired sums, merged.
+      if (this.retired.length > 1) this.retired.splice(0, this.retired.length, mergeJson(this.retired));
+    }
     this.shared.resetSockets(shard);
     link.port.close();
   }
@@ -328,10 +345,13 @@ export class Coordinator {
 
   private async metrics(): Promise<{ text: string; contentType: string }> {
     const own = await this.registry.getMetricsAsJSON();
-    const perShard = await Promise.all(
-      [...this.links.values()].map((link) => this.ask<MetricsJson>(link, (rid) => ({ op: 'metrics', rid }), [], 2000)),
-    );
-    return aggregateMetrics([own, ...perShard]);
+    const perShard = await Promise.all([...this.links].map(async ([shard, link]) => {
+      const json = await this.ask<MetricsJson | undefined>(link, (rid) => ({ op: 'metrics', rid }), undefined, 2000);
+      if (json === undefined) return this.lastScrape.get(shard) ?? [];
+      if (this.links.get(shard) === link) this.lastScrape.set(shard, json);
+      return json;
+    }));
+    return aggregateMetrics([own, ...perShard, ...this.retired]);
   }
 
   /**
@@ -395,18 +415,74 @@ export class Coordinator {
   }
 }
 
+/** Sums metrics JSON (counters and histograms: every value with the same name and labels). */
+function mergeJson(parts: readonly MetricsJson[]): MetricsJson {
+  const byName = new Map<string, MetricsJson[number]>();
+  for (const part of parts) {
+    for (const m of part) {
+      const have = byName.get(m.name);
+      if (have === undefined) {
+        byName.set(m.name, { ...m, values: m.values.map((v) => ({ ...v })) });
+        continue;
+      }
+      const keyOf = (v: { labels: object; metricName?: string }): string => JSON.stringify([v.metricName, v.labels]);
+      for (const v of m.values) {
+        const same = have.values.find((w) => keyOf(w) === keyOf(v));
+        if (same === undefined) have.values.push({ ...v });
+        else same.value += v.value;
+      }
+    }
+  }
+  return [...byName.values()];
+}
+
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }
 
-/** A port the kernel just handed out on `host`; used once, for PORT=0. */
-function freePort(host: string): Promise<number> {
+/**
+ * PORT=0: a free port for the shards to share. Not one from the kernel's
+ * ephemeral range: the coordinator has to let go of its probe before the
+ * shards bind the port with SO_REUSEPORT, and in that moment the kernel
+ * could hand the same port to another process asking for port 0 (another
+ * gateway starting at the same time would then share the listeners, and
+ * the kernel would spread connections over both). Below the range no
+ * port-0 bind ever lands, so only a random draw that matches another's
+ * could collide. Falls back to a kernel-chosen port where the range leaves
+ * no room below it.
+ */
+async function freePort(host: string): Promise<number> {
+  const [low] = ephemeralRange();
+  const from = 10_000;
+  if (low - from >= 1000) {
+    for (let i = 0; i < 50; i++) {
+      const port = from + Math.floor(Math.random() * (low - from));
+      if (await probe(host, port) !== undefined) return port;
+    }
+  }
+  const port = await probe(host, 0);
+  if (port === undefined) throw new Error(`no free port on ${host}`);
+  return port;
+}
+
+/** Binds `port` (0: the kernel picks) without SO_REUSEPORT and lets go: the port it got, or undefined when it is taken. */
+function probe(host: string, port: number): Promise<number | undefined> {
   return new Promise((resolve, reject) => {
     const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, host, () => {
-      const { port } = srv.address() as AddressInfo;
-      srv.close(() => resolve(port));
+    srv.once('error', (err: NodeJS.ErrnoException) => (err.code === 'EADDRINUSE' || err.code === 'EACCES' ? resolve(undefined) : reject(err)));
+    srv.listen(port, host, () => {
+      const got = (srv.address() as AddressInfo).port;
+      srv.close(() => resolve(got));
     });
   });
+}
+
+function ephemeralRange(): [number, number] {
+  try {
+    const [lo, hi] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+    if (Number.isInteger(lo) && Number.isInteger(hi)) return [lo!, hi!];
+  } catch {
+    // Not Linux, or /proc not readable: the kernel's default range.
+  }
+  return [32768, 60999];
 }

@@ -112,3 +112,24 @@ describe('Redis command latency (cluster mode)', () => {
     c.close();
   });
 });
+
+test('a shard crash does not make the node\'s counters fall (a restarted shard counts from 0; its predecessor\'s last counts are kept)', async () => {
+  const gw = await startGateway({ SLUICE_TEST_HOOKS: '1', WS_MAX_MESSAGES: '1000' });
+  const [a, b] = await clientsOnShards(gw.url(), [0, 1]);
+  for (let i = 0; i < 25; i++) await a!.request({ type: 'ping' });
+  for (let i = 0; i < 5; i++) await b!.request({ type: 'ping' });
+  assert.equal((await a!.request({ type: 'publish', topic: 'c:1', data: 1 })).status, 'ok');
+  const framesBefore = await metricValue(gw, 'sluice_frames_in_total');
+  const acksBefore = await metricValue(gw, 'sluice_publish_ack_seconds_count', '{class="durable"}');
+  assert.ok(framesBefore >= 31);
+  a!.send({ type: 'debug.crash' });
+  await eventually(async () => (await metricValue(gw, 'sluice_shard_restarts_total')) === 1, 10_000);
+  await a!.closedBy(10_000);
+  // Scraped after the restart: every counter at least what it was.
+  assert.ok((await metricValue(gw, 'sluice_frames_in_total')) >= framesBefore, 'frames_in fell after the crash');
+  assert.ok((await metricValue(gw, 'sluice_publish_ack_seconds_count', '{class="durable"}')) >= acksBefore, 'the histogram fell');
+  // Gauges are not carried over: the crashed shard's socket is gone.
+  await eventually(async () => (await metricValue(gw, 'sluice_connected_sockets')) === 1);
+  b!.close();
+  assert.equal(await gw.stop(), 0);
+});

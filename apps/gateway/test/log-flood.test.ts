@@ -7,8 +7,9 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { SignJWT } from 'jose';
 import WebSocket from 'ws';
-import { eventually, type Gateway, metricValue, startGateway } from './harness.ts';
+import { Client, eventually, type Gateway, metricValue, rawUpgrade, startGateway } from './harness.ts';
 
 const SOCKETS = 40;
 const FRAMES_PER_SOCKET = 400;
@@ -89,4 +90,36 @@ test('a flood of rejected frames writes no error line and a bounded number of li
   await flood();
   await eventually(() => gw.logs.slice(firstLine).some((l) => l.msg === 'frame rejected' && typeof l.suppressed === 'number' &&
     l.suppressed > 0), 5000);
+});
+
+test('no secret, token or message body in any line: the start shows the effective config redacted; drains log at info', async () => {
+  const secret = 'log-test-secret-of-thirty-two-characters';
+  const adminToken = 'admin-token-that-must-not-appear';
+  const g = await startGateway({ LOG_LEVEL: 'debug', WS_AUTH: 'jwt', WS_JWT_SECRET: secret, ADMIN_TOKEN: adminToken });
+  const jwt = await new SignJWT({ sub: 'u1', topics: ['*'], publish: ['*'] }).setProtectedHeader({ alg: 'HS256' })
+    .setExpirationTime('10m').sign(new TextEncoder().encode(secret));
+  const c = await Client.connect(g.url(`/ws?token=${jwt}`));
+  const body = 'a-message-body-that-must-not-appear';
+  assert.equal((await c.request({ type: 'publish', topic: 'l:1', data: { body } })).status, 'ok');
+  assert.equal((await c.request({ type: 'publish', topic: 'bad topic', data: { body } })).status, 'error');
+  const forged = `${jwt.slice(0, -4)}AAAA`;
+  assert.equal((await rawUpgrade(g.port, { path: `/ws?token=${forged}` })).status, 401);
+  assert.equal((await rawUpgrade(g.port, { headers: { authorization: `Bearer ${forged}` } })).status, 401);
+  await eventually(() => g.logs.some((l) => l.msg === 'upgrade refused'));
+  c.close();
+  assert.equal(await g.stop('SIGTERM'), 0);
+  const start = g.logs.find((l) => l.msg === 'starting sluice') as { config: Record<string, unknown> } | undefined;
+  assert.ok(start !== undefined);
+  assert.equal(start.config.adminToken, '[redacted]');
+  assert.equal(start.config.jwtSecret, '[redacted]');
+  assert.equal(start.config.auth, 'jwt');
+  const all = JSON.stringify(g.logs);
+  for (const [what, value] of [['secret', secret], ['admin token', adminToken], ['token', jwt], ['forged token', forged],
+    ['token signature', jwt.split('.')[2]!], ['body', body]] as const) {
+    assert.ok(!all.includes(value), `the ${what} appears in the log`);
+  }
+  for (const msg of ['drain started', 'drain finished']) {
+    assert.equal(g.logs.find((l) => l.msg === msg)?.level, 'info', msg);
+  }
+  assert.deepEqual(g.logs.filter((l) => l.level === 'error' || l.level === 'fatal'), []);
 });

@@ -39,7 +39,7 @@ commands:
              --delay-ms (100); arrivals at node B per 100 ms until 99% are back, SDK clients then naive ws clients, each on
              fresh nodes; writes results-s9.svg (also part of all)
   s10        /metrics render time: sluice (2 workers) with 0, then --sockets (10000) idle sockets on --topics (4) topics, then
-             with traffic (--rate (10) publishes/s per generator process, --admin-rate (5)/s on the admin API); --scrapes (50)
+             with traffic (--rate (2) publishes/s per generator process, --admin-rate (1)/s on the admin API); --scrapes (100)
              sequential GETs and --bursts (5) of --burst (10) at once per phase; default 3 repeats (also part of all, once)
   report <run.json> [more.json ...]   rewrite results.md and results.svg from a saved run; the scenarios of each later
              run replace the same scenarios of the earlier ones
@@ -64,10 +64,10 @@ options:
   --rate n           S7, S9: WS_DRAIN_RATE, closes per second for the node (default 500; S9: 10000)
   --delay-ms n       S7, S9: WS_DRAIN_DELAY_MS (default 1000; S9: 100)
   --nodes n          S8: gateway processes on the one redis-server (default 2)
-  --scrapes n        S10: sequential GET /metrics per phase (default 50)
+  --scrapes n        S10: sequential GET /metrics per phase (default 100)
   --bursts n         S10: bursts of concurrent GETs per phase (default 5); --burst n: GETs per burst (default 10)
   --topics n         S10: topics (default 4); every socket joins 2 of them
-  --admin-rate n     S10: admin-API publishes per second in the traffic phase (default 5); --rate: each generator's publisher (10)
+  --admin-rate n     S10: admin-API publishes per second in the traffic phase (default 1); --rate: each generator's publisher (2)
   --no-report        (all) do not rewrite results.md / results.svg`;
 
 interface Cli {

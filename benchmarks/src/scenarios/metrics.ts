@@ -14,7 +14,11 @@
 // scrapes), `scrapes` sequential GET /metrics with `pauseMs` between them (CPU
 // over that window, minus the quiet rate, per scrape), then `bursts` bursts of
 // `burst` concurrent GETs. Render time is client-observed on loopback: from the
-// request to the last body byte, on a keep-alive connection (node:http).
+// request to the last body byte, on a keep-alive connection (node:http). After
+// each sequential scrape one GET /health/live (the coordinator alone, no shard
+// asked) gives the coordinator's own answer time for comparison, and the
+// scrapes' per-thread `sluice_eventloop_lag_max_seconds` (read only once its
+// 5 s window lies inside the phase) show how long each thread was blocked.
 // Every answer must be 200 and report the sockets open (sluice_connected_sockets
 // summed over the shards): a shard that did not answer in time would be left out
 // of the aggregate (the coordinator waits 2 s for each, then renders without it).
@@ -52,14 +56,16 @@ export interface MetricsConfig {
 }
 
 export const S10_DEFAULT: MetricsConfig = {
-  sockets: 10_000, procs: 2, concurrency: 250, topics: 4, joins: 2, rate: 10, adminRate: 5, size: 64,
-  warmup: 5, scrapes: 50, pauseMs: 100, bursts: 5, burst: 10, quietMs: 3000,
+  sockets: 10_000, procs: 2, concurrency: 250, topics: 4, joins: 2, rate: 2, adminRate: 1, size: 64,
+  warmup: 10, scrapes: 100, pauseMs: 100, bursts: 5, burst: 10, quietMs: 4000,
 };
 
 /** The issue's budget for one render, ms. */
 export const RENDER_GOAL_MS = 50;
 const PER_PROC_MAX = 15_000;
 const BURST_GAP_MS = 500;
+/** The gateway's lag gauges describe the last complete 5 s window: two windows after a time, every reading is from after it. */
+const LAG_SETTLE_MS = 10_000;
 
 // ---- pure helpers (unit-tested) ----
 
@@ -177,7 +183,7 @@ function threadCpu(pid: number): Map<number, number> {
   return out;
 }
 
-interface Scrape { ms: number; ttfbMs: number; status: number; text: string }
+interface Scrape { at: number; ms: number; ttfbMs: number; status: number; text: string }
 
 function get(agent: Agent, port: number, path: string, body?: string): Promise<Scrape> {
   return new Promise((resolve, reject) => {
@@ -191,7 +197,7 @@ function get(agent: Agent, port: number, path: string, body?: string): Promise<S
       ttfb = performance.now() - t0;
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ ms: performance.now() - t0, ttfbMs: ttfb, status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+      res.on('end', () => resolve({ at: t0, ms: performance.now() - t0, ttfbMs: ttfb, status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
       res.on('error', reject);
     });
     req.on('timeout', () => req.destroy(new Error(`${path}: no answer in 10 s`)));
@@ -206,6 +212,13 @@ function sumOf(text: string, name: string): number {
 
 interface PhaseResult {
   seq: Scrape[];
+  /** GET /health/live right after each sequential scrape: the coordinator's own answer time, no shard involved. */
+  healthMs: number[];
+  /**
+   * Largest sluice_eventloop_lag_max_seconds per thread label, ms, from the scrapes of this phase whose 5 s window (the last
+   * complete one) began after the quiet window did: only scrapes LAG_SETTLE_MS after its start are read.
+   */
+  lagMaxMs: Record<string, number>;
   burstMs: number[];
   burstWallMs: number[];
   seqWallS: number;
@@ -274,6 +287,13 @@ async function phase(srv: ServerProc, pool: LoadPool | null, agent: Agent, cfg: 
   // Quiet window: the same server and traffic without scrapes.
   const q0 = threadCpu(srv.pid);
   const tq0 = performance.now();
+  const lagMaxMs: Record<string, number> = {};
+  const readLag = (s: Scrape): void => {
+    if (s.at < tq0 + LAG_SETTLE_MS) return;
+    for (const [thread, v] of Object.entries(promByLabel(s.text, 'sluice_eventloop_lag_max_seconds', 'thread'))) {
+      lagMaxMs[thread] = Math.max(lagMaxMs[thread] ?? 0, v * 1000);
+    }
+  };
   await sleep(cfg.quietMs);
   const q1 = threadCpu(srv.pid);
   const quietS = (performance.now() - tq0) / 1000;
@@ -286,10 +306,13 @@ async function phase(srv: ServerProc, pool: LoadPool | null, agent: Agent, cfg: 
   const c0 = threadCpu(srv.pid);
   const t0 = performance.now();
   const seq: Scrape[] = [];
+  const healthMs: number[] = [];
   for (let i = 0; i < cfg.scrapes; i++) {
     const s = await get(agent, port, '/metrics');
     check(s);
     seq.push(s);
+    readLag(s);
+    healthMs.push((await get(agent, port, '/health/live')).ms);
     if (i < cfg.scrapes - 1) await sleep(cfg.pauseMs);
   }
   const c1 = threadCpu(srv.pid);
@@ -306,10 +329,10 @@ async function phase(srv: ServerProc, pool: LoadPool | null, agent: Agent, cfg: 
     const tb = performance.now();
     const got = await Promise.all(Array.from({ length: cfg.burst }, () => get(agent, port, '/metrics')));
     burstWallMs.push(performance.now() - tb);
-    for (const s of got) { check(s); burstMs.push(s.ms); }
+    for (const s of got) { check(s); readLag(s); burstMs.push(s.ms); }
   }
   return {
-    seq, burstMs, burstWallMs, seqWallS, quietS, quietCpu: threadDelta(q0, q1), seqCpu: threadDelta(c0, c1),
+    seq, healthMs, lagMaxMs, burstMs, burstWallMs, seqWallS, quietS, quietCpu: threadDelta(q0, q1), seqCpu: threadDelta(c0, c1),
     serverTicksS: ticks1 - ticks0, genCpuS: gen1.map((g, i) => g - (gen0[i] ?? 0)), machineBusyS: busy1 - busy0,
     problems: [...new Set(problems)], sentDelta, loadavg1,
   };
@@ -388,6 +411,9 @@ function toSample(spec: TargetSpec, repeat: number, cfg: MetricsConfig, variant:
     sockets, topics: cfg.topics, joinsPerSocket: cfg.joins, scrapes: r.seq.length, pauseMs: cfg.pauseMs,
     seqP50Ms: percentile(ms, 0.5), seqP90Ms: percentile(ms, 0.9), seqP99Ms: seqP99, seqMaxMs: maxOf(ms), seqMinMs: percentile(ms, 0),
     ttfbP50Ms: percentile(r.seq.map((s) => s.ttfbMs), 0.5),
+    healthP50Ms: percentile(r.healthMs, 0.5), healthP99Ms: percentile(r.healthMs, 0.99),
+    lagMaxMsCoordinator: r.lagMaxMs['coordinator'] ?? null,
+    lagMaxMsShards: Object.entries(r.lagMaxMs).filter(([k]) => k.startsWith('shard')).reduce<number | null>((a, [, v]) => Math.max(a ?? 0, v), null),
     burstSize: cfg.burst, bursts: cfg.bursts,
     burstP50Ms: percentile(r.burstMs, 0.5), burstP99Ms: percentile(r.burstMs, 0.99), burstMaxMs: maxOf(r.burstMs), burstWallMaxMs: maxOf(r.burstWallMs),
     bytes: stats.bytes, series: stats.series, families: stats.families,

@@ -8,8 +8,12 @@ import { BENCH_ROOT, REPO_ROOT, shellWithFileLimit } from './spawn.ts';
 import { cpuSeconds, rssBytes } from './proc.ts';
 import type { Proto } from './codec.ts';
 
-export type TargetName = 'sluice' | 'sluice-w1' | 'uws' | 'ws' | 'sio';
+export type TargetName = 'sluice' | 'sluice-w1' | 'sluice-traced' | 'uws' | 'ws' | 'sio';
 export const ALL_TARGETS: readonly TargetName[] = ['sluice', 'sluice-w1', 'uws', 'ws', 'sio'];
+/** Targets only run when named with --targets (not part of `all`). */
+export const KNOWN_TARGETS: readonly TargetName[] = [...ALL_TARGETS, 'sluice-traced'];
+/** The SDK setup of `sluice-traced`: every span sampled and recorded, then dropped. */
+export const BENCH_TRACING_MODULE = join(BENCH_ROOT, 'src/lib/otel-bench.mjs');
 
 export interface TargetSpec {
   readonly name: TargetName;
@@ -22,6 +26,8 @@ export interface TargetSpec {
 export const TARGETS: Readonly<Record<TargetName, TargetSpec>> = {
   sluice: { name: 'sluice', proto: 'sluice', threads: 2, describe: 'Sluice gateway, WS_WORKERS=2 (coordinator + 2 uWS shard threads)' },
   'sluice-w1': { name: 'sluice-w1', proto: 'sluice', threads: 1, describe: 'Sluice gateway, WS_WORKERS=1 (like-for-like with the single-threaded peers)' },
+  'sluice-traced': { name: 'sluice-traced', proto: 'sluice', threads: 2,
+    describe: 'Sluice gateway, WS_WORKERS=2, tracing on: WS_TRACING_MODULE with an SDK that samples and records every span and drops it' },
   uws: { name: 'uws', proto: 'sluice', threads: 1, describe: 'raw uWebSockets.js 20.30 (native binary), one thread, uWS topics' },
   ws: { name: 'ws', proto: 'sluice', threads: 1, describe: 'ws 8.23 (with bufferutil), one thread, Map<topic, Set<socket>> loop' },
   sio: { name: 'sio', proto: 'sio', threads: 1, describe: 'Socket.IO 4.8, one thread, websocket transport only, rooms + acks' },
@@ -77,10 +83,10 @@ export class ServerProc {
   static start(spec: TargetSpec, timeoutMs = 60_000, extraEnv: Record<string, string> = {}): Promise<ServerProc> {
     let argv: string[];
     let env: Record<string, string>;
-    if (spec.name === 'sluice' || spec.name === 'sluice-w1') {
+    if (spec.name.startsWith('sluice')) {
       if (!gatewayAvailable()) return Promise.reject(new Error(`${GATEWAY_MAIN} does not exist yet`));
       argv = [process.execPath, '--import', 'tsx', GATEWAY_MAIN];
-      env = { ...gatewayEnv(spec.threads), ...extraEnv };
+      env = { ...gatewayEnv(spec.threads), ...(spec.name === 'sluice-traced' ? { WS_TRACING_MODULE: BENCH_TRACING_MODULE } : {}), ...extraEnv };
     } else {
       argv = [process.execPath, '--import', 'tsx', PEER_MAIN, spec.name];
       env = { PORT: '0', HOST: '127.0.0.1' };

@@ -61,7 +61,8 @@ export function mergeRuns(first: RunRecord, later: ReadonlyArray<{ file: string;
   };
 }
 
-const PEER_LABEL: Record<TargetName, string> = { sluice: 'Sluice (2 workers)', 'sluice-w1': 'Sluice (1 worker)', uws: 'raw uWS', ws: 'ws', sio: 'Socket.IO' };
+const PEER_LABEL: Record<TargetName, string> = { sluice: 'Sluice (2 workers)', 'sluice-w1': 'Sluice (1 worker)',
+  'sluice-traced': 'Sluice (2 workers, tracing on)', uws: 'raw uWS', ws: 'ws', sio: 'Socket.IO' };
 
 function fmtRatio(r: number): string {
   return Number.isFinite(r) ? `${r.toFixed(2)}x` : 'n/a';

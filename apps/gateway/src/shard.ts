@@ -155,8 +155,12 @@ class Shard {
   private readonly sockets = new Set<Socket>();
   private readonly topics = new Map<string, TopicState>();
   private readonly recoveries = new Map<string, Set<Recovery>>();
-  /** Per subscribed topic, the newest durable id this shard delivered live. */
-  private readonly liveLast = new Map<string, EventId>();
+  /**
+   * Per subscribed topic, the newest durable id this shard delivered live.
+   * Kept as the id string (a topic's deliveries come in id order, so the
+   * last is the newest): nothing is parsed or allocated per delivery.
+   */
+  private readonly liveLast = new Map<string, string>();
   private readonly registry = new Registry();
   private readonly welcome: string;
   private readonly replies = new Map<Socket, string[]>();
@@ -788,7 +792,7 @@ class Shard {
         // replayed id, the socket gets live events one by one, without those
         // the replay covered; then it goes native (`forward`).
         const live = this.liveLast.get(key);
-        if (live !== undefined && compareEventIds(live, last) >= 0) this.lane.subscribe(ws, d, key);
+        if (live !== undefined && compareEventIds(parseEventId(live)!, last) >= 0) this.lane.subscribe(ws, d, key);
         else {
           rec.after = last;
           rec.buffered.length = 0;
@@ -934,13 +938,10 @@ class Shard {
     this.lane.counters.sent += this.app.numSubscribers(d.topic) - buffering;
     this.app.publish(d.topic, d.frame, false, false);
     this.lane.deliver(d, now);
-    const id = d.id === undefined ? undefined : parseEventId(d.id);
-    if (id !== undefined) {
-      const prev = this.liveLast.get(d.topic);
-      if (prev === undefined || compareEventIds(id, prev) > 0) this.liveLast.set(d.topic, id);
-    }
+    if (d.id !== undefined) this.liveLast.set(d.topic, d.id);
     const recs = this.recoveries.get(d.topic);
     if (recs !== undefined) {
+      const id = d.id === undefined ? undefined : parseEventId(d.id);
       for (const rec of recs) {
         if (rec.after === undefined) rec.buffered.push(d);
         else this.forward(rec, d, id);

@@ -219,6 +219,17 @@ export function peakRate(polls: readonly CounterPoll[], windowMs: number, fromMs
   return best;
 }
 
+/** Most of `sorted` (ascending times) within any window of `windowMs` (sliding, from each time). */
+export function peakInWindow(sorted: readonly number[], windowMs: number): number {
+  let best = 0;
+  let j = 0;
+  for (let i = 0; i < sorted.length; i++) {
+    while (sorted[i]! - sorted[j]! >= windowMs) j++;
+    best = Math.max(best, i - j + 1);
+  }
+  return best;
+}
+
 // ---- reconnects --------------------------------------------------------------------
 
 /** When one client's connection ended and when it had one again (ms on the run's clock, ascending). */
@@ -278,6 +289,8 @@ export interface StepResult {
   /** The node(s) whose arrivals are counted: the ones that stayed up. */
   readonly survivors: readonly string[];
   readonly peakArrivalsPerS: number;
+  /** The same seen by the clients: most connections (welcomes) in one second, on any node. */
+  readonly clientPeakPerS: number;
   readonly reconnect: ReconnectStats;
 }
 

@@ -228,9 +228,11 @@ export class Poller {
         await Promise.all(this.nodes.map(async (n) => {
           n.sampleRss();
           if (!n.alive) return;
+          const asked = this.now();
           try {
             const text = await n.metrics(Math.max(200, this.everyMs * 5));
-            const ms = this.now();
+            // The shards' counters are read somewhere between the request and the answer: a busy node answers late.
+            const ms = (asked + this.now()) / 2;
             const acc = promByLabel(text, 'sluice_upgrades_total', 'outcome')['accepted'] ?? 0;
             const conn = promByLabel(text, 'sluice_connected_sockets', 'x')[''] ?? 0;
             this.raw.get(n.name)!.push({ ms, value: acc, gen: n.starts });

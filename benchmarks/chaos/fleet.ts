@@ -6,7 +6,7 @@
 // - every client subscribes to `topicsPerClient` durable topics of `topics`;
 // - every `publisherEvery`-th client also publishes durable events, one every
 //   `publishIntervalMs`, each with its own idempotency key `<client>.<n>`
-//   (also in its data), to one of its topics;
+//   (also in its data), to one topic (publishers spread evenly over them);
 // - every `keyedEvery`-th client (offset 1) subscribes to a keyed feed, and
 //   every `keyedPublisherEvery`-th (offset 2) publishes keyed updates to one.
 //
@@ -242,7 +242,8 @@ class Clients {
     for (const k of mine) h.subs.push(addSub(durableTopic(roles, k)));
     if (roles.keyedEvery > 0 && index % roles.keyedEvery === 1 % roles.keyedEvery) h.keyed = addSub(keyedTopic(roles, index % roles.keyedTopics));
     if (roles.publisherEvery > 0 && index % roles.publisherEvery === 0) {
-      h.publisher = { topic: durableTopic(roles, mine[Math.floor(index / roles.publisherEvery) % mine.length]!), n: 0, nextAt: Infinity };
+      // Publishers spread evenly over the topics (not only their own): each topic's history stays well inside WS_HISTORY_SIZE.
+      h.publisher = { topic: durableTopic(roles, Math.floor(index / roles.publisherEvery) % roles.topics), n: 0, nextAt: Infinity };
     }
     if (roles.keyedPublisherEvery > 0 && index % roles.keyedPublisherEvery === 2 % roles.keyedPublisherEvery) {
       h.keyedPublisher = { topic: keyedTopic(roles, Math.floor(index / roles.keyedPublisherEvery) % roles.keyedTopics), n: 0, nextAt: Infinity };

@@ -96,7 +96,9 @@ function report(results: readonly ScenarioResult[], cfg: ChaosConfig, bounds: Bo
     lines.push(`- wall ${x.wallS.toFixed(0)} s; ${x.connected}/${x.clients} connected; ${x.acked} acked, ${x.unacked} unacked, rejected ${JSON.stringify(x.rejected)}; recovered:false ${x.recoveredFalse}; keyed subscribers without the last value ${x.keyedStale}/${x.keyedSubscribers}`);
     for (const s of x.steps) {
       const rc = s.reconnect;
-      lines.push(`- ${s.name}: ${rc.dropped} dropped, ${rc.back} back; 50% ${(rc.t50Ms / 1000).toFixed(1)} s, 99% ${(rc.t99Ms / 1000).toFixed(1)} s, all ${(rc.tAllMs / 1000).toFixed(1)} s; peak ${Math.round(s.peakArrivalsPerS)}/s at ${s.survivors.join('+')}`);
+      lines.push(`- ${s.name}: ${rc.dropped} dropped, ${rc.back} back; 50% ${(rc.t50Ms / 1000).toFixed(1)} s, 99% ${(rc.t99Ms / 1000).toFixed(1)} s, ` +
+        `all ${(rc.tAllMs / 1000).toFixed(1)} s; peak ${Math.round(s.peakArrivalsPerS)} upgrades/s at ${s.survivors.join('+')} (its /metrics), ` +
+        `${s.clientPeakPerS} welcomes in one second at the clients`);
     }
     if (x.error !== undefined) lines.push(`- error: ${x.error}`);
     for (const e of x.errorExamples) lines.push(`- error line: \`${e.replace(/`/g, "'")}\``);

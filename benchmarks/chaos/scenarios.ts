@@ -8,7 +8,7 @@
 
 import WebSocket from 'ws';
 import {
-  accumulate, ackedByTopic, checkHistory, mergeDeliveryChecks, peakRate, reconnectStats, sumSeries,
+  accumulate, ackedByTopic, checkHistory, mergeDeliveryChecks, peakInWindow, peakRate, reconnectStats, sumSeries,
   type CounterPoll, type HistoryEvent, type ScenarioResult, type StepResult,
 } from './analysis.ts';
 import { Cluster, type GatewayNode, Poller } from './cluster.ts';
@@ -69,7 +69,7 @@ async function until(check: () => Promise<boolean> | boolean, ms: number, everyM
 }
 
 /** Every event of `topic` in history, read by a plain socket straight to a node joining with since 0-0. */
-async function readHistory(node: GatewayNode, topic: string): Promise<HistoryEvent[]> {
+async function readHistory(node: GatewayNode, topic: string, trimmed: string[]): Promise<HistoryEvent[]> {
   const ws = new WebSocket(`ws://127.0.0.1:${node.port}/ws`, ['sluice.v1'], { localAddress: '127.0.0.10' });
   const events: HistoryEvent[] = [];
   try {
@@ -85,7 +85,10 @@ async function readHistory(node: GatewayNode, topic: string): Promise<HistoryEve
           events.push({ id: f.id, key: typeof d === 'object' && d !== null && typeof d.p === 'number' ? `${d.p}.${String(d.n)}` : undefined });
         } else if (f.type === 'reply' && f.ref === 'h') {
           clearTimeout(t);
-          if (f.status === 'ok') resolve(events); else reject(new Error(`history of ${topic}: ${JSON.stringify(f)}`));
+          if (f.status !== 'ok') { reject(new Error(`history of ${topic}: ${JSON.stringify(f)}`)); return; }
+          // recovered: false from 0-0 means the history no longer reaches back to the topic's first event (WS_HISTORY_SIZE or TTL).
+          if ((f as { data?: { recovered?: unknown } }).data?.recovered === false) trimmed.push(topic);
+          resolve(events);
         }
       });
     });
@@ -233,13 +236,16 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     const byTopic = ackedByTopic(acked);
     const delivery = mergeDeliveryChecks(await f.verify(Object.fromEntries([...byTopic].map(([t, ids]) => [t, [...ids]]))));
     const history = new Map<string, HistoryEvent[]>();
-    for (let k = 0; k < roles.topics; k++) history.set(durableTopic(roles, k), await readHistory(live, durableTopic(roles, k)));
+    const trimmed: string[] = [];
+    for (let k = 0; k < roles.topics; k++) history.set(durableTopic(roles, k), await readHistory(live, durableTopic(roles, k), trimmed));
+    if (trimmed.length > 0) findings.push(`history trimmed (recovered: false from 0-0) on ${trimmed.length} topics: ${trimmed.slice(0, 5).join(', ')}`);
     const hist = checkHistory(acked, history);
     const timelines = await f.timelines();
     const series = (names: readonly string[]): CounterPoll[] => sumSeries(names.map((n) => accumulate(poller!.raw.get(n) ?? [])));
     const steps: StepResult[] = windows.map((w) => ({
       name: w.name, survivors: w.survivors,
       peakArrivalsPerS: peakRate(series(w.survivors), 1000, w.from, w.to),
+      clientPeakPerS: peakInWindow(timelines.flatMap((t) => t.ups.filter((u) => u >= w.from && u < w.to)).sort((x, y) => x - y), 1000),
       reconnect: reconnectStats(timelines, w.from, w.to),
     }));
     await poller.stop();

@@ -10,7 +10,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  accumulate, ackedByTopic, bucketGrowth, checkHistory, checkSubscription, emptyDeliveryCheck, mergeDeliveryChecks, peakRate,
+  accumulate, ackedByTopic, bucketGrowth, checkHistory, checkSubscription, emptyDeliveryCheck, mergeDeliveryChecks, peakInWindow, peakRate,
   reconnectStats, renderTable, sumSeries, timeToShare, violations, type Acked, type ScenarioResult,
 } from '../chaos/analysis.ts';
 import { DEPLOY_CFG, haproxyConfig, parseShowStat } from '../chaos/haproxy.ts';
@@ -94,6 +94,12 @@ test('peakRate: the most growth over one second between polls at least a second 
   assert.equal(peakRate([{ ms: 0, value: 0 }], 1000), 0);
 });
 
+test('peakInWindow: most times within any one window, sliding', () => {
+  assert.equal(peakInWindow([0, 100, 900, 999, 1000, 1500, 1999], 1000), 4); // 0, 100, 900, 999 (1000 is a window after 0)
+  assert.equal(peakInWindow([0, 1000, 2000], 1000), 1);
+  assert.equal(peakInWindow([], 1000), 0);
+});
+
 test('sumSeries: the sum of the latest values of each series at every poll', () => {
   const a = [{ ms: 0, value: 0 }, { ms: 100, value: 10 }, { ms: 200, value: 30 }];
   const b = [{ ms: 50, value: 5 }, { ms: 150, value: 7 }];
@@ -127,7 +133,7 @@ function result(over: Partial<ScenarioResult> = {}): ScenarioResult {
     history: { acked: 5, lost: 0, storedTwice: 0, sharedIds: 0, examples: [] },
     delivery: { subscriptions: 20, expected: 50, missing: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] },
     recoveredFalse: 0, keyedStale: 0, keyedSubscribers: 1, notConnected: 0,
-    steps: [{ name: 'drain A', survivors: ['B'], peakArrivalsPerS: 480, reconnect: { dropped: 5, back: 5, t50Ms: 4000, t99Ms: 9000, tAllMs: 9000 } }],
+    steps: [{ name: 'drain A', survivors: ['B'], peakArrivalsPerS: 480, clientPeakPerS: 470, reconnect: { dropped: 5, back: 5, t50Ms: 4000, t99Ms: 9000, tAllMs: 9000 } }],
     peakRssMiB: { A: 200, B: 210 }, errorLines: { A: 0, B: 0 }, errorExamples: [], findings: [],
     ...over,
   };

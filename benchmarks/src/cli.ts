@@ -8,7 +8,7 @@ import { parseArgs } from 'node:util';
 import { assertNativeUws } from './peers/uws.ts';
 import { machineInfo } from './lib/proc.ts';
 import { takeBenchLock } from './lib/lock.ts';
-import { ALL_TARGETS, gatewayAvailable, type TargetName } from './lib/server.ts';
+import { ALL_TARGETS, gatewayAvailable, KNOWN_TARGETS, type TargetName } from './lib/server.ts';
 import { BENCH_ROOT, REPO_ROOT } from './lib/spawn.ts';
 import { runPump, S1_DEFAULT, S2_DEFAULT, type PumpConfig } from './scenarios/pump.ts';
 import { runFanout, S3_DEFAULT, type FanoutConfig } from './scenarios/fanout.ts';
@@ -44,7 +44,7 @@ commands:
   report <run.json> [more.json ...]   rewrite results.md and results.svg from a saved run; the scenarios of each later
              run replace the same scenarios of the earlier ones
 options:
-  --targets a,b      subset of ${ALL_TARGETS.join(',')}
+  --targets a,b      subset of ${KNOWN_TARGETS.join(',')} (sluice-traced: tracing on, only when named)
   --repeats n        repeats per target (interleaved)
   --measure-ms n     measurement window (S1-S3, S8)
   --warmup-ms n      warm-up before the window (S1-S3, S8)
@@ -107,7 +107,7 @@ function int(v: string | undefined, name: string): number | undefined {
 function targetsOf(v: string | undefined, fallback: readonly TargetName[]): TargetName[] {
   if (v === undefined) return [...fallback];
   const list = v.split(',').map((s) => s.trim()).filter((s) => s !== '');
-  for (const t of list) if (!(ALL_TARGETS as readonly string[]).includes(t)) throw new Error(`unknown target ${t}; known: ${ALL_TARGETS.join(', ')}`);
+  for (const t of list) if (!(KNOWN_TARGETS as readonly string[]).includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN_TARGETS.join(', ')}`);
   return list as TargetName[];
 }
 

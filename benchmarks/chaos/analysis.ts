@@ -291,6 +291,9 @@ export interface StepResult {
   readonly peakArrivalsPerS: number;
   /** The same seen by the clients: most connections (welcomes) in one second, on any node. */
   readonly clientPeakPerS: number;
+  /** Closes the clients saw: most in one second, and the most in five seconds divided by five. */
+  readonly closesPeakPerS: number;
+  readonly closesPeak5sPerS: number;
   readonly reconnect: ReconnectStats;
 }
 

@@ -98,7 +98,8 @@ function report(results: readonly ScenarioResult[], cfg: ChaosConfig, bounds: Bo
       const rc = s.reconnect;
       lines.push(`- ${s.name}: ${rc.dropped} dropped, ${rc.back} back; 50% ${(rc.t50Ms / 1000).toFixed(1)} s, 99% ${(rc.t99Ms / 1000).toFixed(1)} s, ` +
         `all ${(rc.tAllMs / 1000).toFixed(1)} s; peak ${Math.round(s.peakArrivalsPerS)} upgrades/s at ${s.survivors.join('+')} (its /metrics), ` +
-        `${s.clientPeakPerS} welcomes in one second at the clients`);
+        `${s.clientPeakPerS} welcomes in one second at the clients; closes at the clients: ${s.closesPeakPerS} in the busiest second, ` +
+        `${Math.round(s.closesPeak5sPerS)}/s over the busiest 5 s`);
     }
     if (x.error !== undefined) lines.push(`- error: ${x.error}`);
     for (const e of x.errorExamples) lines.push(`- error line: \`${e.replace(/`/g, "'")}\``);

@@ -242,10 +242,13 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     const hist = checkHistory(acked, history);
     const timelines = await f.timelines();
     const series = (names: readonly string[]): CounterPoll[] => sumSeries(names.map((n) => accumulate(poller!.raw.get(n) ?? [])));
+    const downsIn = (w: StepWindow): number[] => timelines.flatMap((t) => t.downs.filter((u) => u >= w.from && u < w.to)).sort((x, y) => x - y);
     const steps: StepResult[] = windows.map((w) => ({
       name: w.name, survivors: w.survivors,
       peakArrivalsPerS: peakRate(series(w.survivors), 1000, w.from, w.to),
       clientPeakPerS: peakInWindow(timelines.flatMap((t) => t.ups.filter((u) => u >= w.from && u < w.to)).sort((x, y) => x - y), 1000),
+      closesPeakPerS: peakInWindow(downsIn(w), 1000),
+      closesPeak5sPerS: peakInWindow(downsIn(w), 5000) / 5,
       reconnect: reconnectStats(timelines, w.from, w.to),
     }));
     await poller.stop();

@@ -133,7 +133,7 @@ function result(over: Partial<ScenarioResult> = {}): ScenarioResult {
     history: { acked: 5, lost: 0, storedTwice: 0, sharedIds: 0, examples: [] },
     delivery: { subscriptions: 20, expected: 50, missing: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] },
     recoveredFalse: 0, keyedStale: 0, keyedSubscribers: 1, notConnected: 0,
-    steps: [{ name: 'drain A', survivors: ['B'], peakArrivalsPerS: 480, clientPeakPerS: 470, reconnect: { dropped: 5, back: 5, t50Ms: 4000, t99Ms: 9000, tAllMs: 9000 } }],
+    steps: [{ name: 'drain A', survivors: ['B'], peakArrivalsPerS: 480, clientPeakPerS: 470, closesPeakPerS: 500, closesPeak5sPerS: 490, reconnect: { dropped: 5, back: 5, t50Ms: 4000, t99Ms: 9000, tAllMs: 9000 } }],
     peakRssMiB: { A: 200, B: 210 }, errorLines: { A: 0, B: 0 }, errorExamples: [], findings: [],
     ...over,
   };

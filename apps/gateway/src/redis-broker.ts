@@ -42,6 +42,8 @@ export class RedisBroker implements ShardBroker {
   private readonly lastIds = new Map<string, string>();
   /** Topics being caught up after a reconnect: live events wait here. */
   private readonly catching = new Map<string, Delivery[]>();
+  /** Topics whose catch-up read waits for the command connection (the subscriber connection came back first). */
+  private readonly awaitingCmd = new Set<string>();
   private readonly counts = { durable: 0, keyed: 0, ephemeral: 0, duplicates: 0, errors: 0 };
   readonly stats: BrokerStats;
 
@@ -83,6 +85,11 @@ export class RedisBroker implements ShardBroker {
     mesh.onDelivery((d) => this.deliver(d));
     this.cmd.on('error', () => {
       // Connection errors surface as 'close' and failed commands; the coordinator logs Redis state changes once.
+    });
+    this.cmd.on('ready', () => {
+      const topics = [...this.awaitingCmd];
+      this.awaitingCmd.clear();
+      for (const t of topics) this.catchUp(t);
     });
     // Every (re)connection of a subscriber connection restores the wanted
     // topics, including those joined while it was away, and reads what the
@@ -199,6 +206,7 @@ export class RedisBroker implements ShardBroker {
     this.bus.unsubscribe(topic);
     this.lastIds.delete(topic);
     this.catching.delete(topic);
+    this.awaitingCmd.delete(topic);
   }
 
   async history(topic: string, since: string): Promise<HistoryRead> {
@@ -266,7 +274,8 @@ export class RedisBroker implements ShardBroker {
   private resume(): void {
     const topics = [...this.bus.topics];
     if (topics.length === 0) return;
-    for (const t of topics) if (this.lastIds.has(t)) this.catching.set(t, []);
+    // A catch-up already under way keeps the live events it holds.
+    for (const t of topics) if (this.lastIds.has(t) && !this.catching.has(t)) this.catching.set(t, []);
     this.bus.resubscribe().then(
       () => {
         for (const t of topics) this.catchUp(t);
@@ -282,6 +291,12 @@ export class RedisBroker implements ShardBroker {
   private catchUp(topic: string): void {
     const last = this.lastIds.get(topic);
     if (last === undefined || !this.catching.has(topic)) return;
+    if (!this.up) {
+      // The read goes over the command connection, which is not back yet:
+      // read once it is, holding the live events meanwhile.
+      this.awaitingCmd.add(topic);
+      return;
+    }
     const t0 = performance.now();
     this.bus.read(topic, last).then(
       (read) => {
@@ -294,6 +309,10 @@ export class RedisBroker implements ShardBroker {
       (err: unknown) => {
         this.took(RedisOp.History, t0);
         this.counts.errors++;
+        if (!this.up) {
+          this.awaitingCmd.add(topic);
+          return;
+        }
         this.log.warn({ err, topic }, 'could not read what a topic stored while redis was unreachable');
         this.release(topic);
       },

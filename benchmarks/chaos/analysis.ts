@@ -321,6 +321,8 @@ export interface ScenarioResult {
   /** Clients not connected at the end. */
   readonly notConnected: number;
   readonly findings: readonly string[];
+  /** Node log lines above info (the first of each node), for the JSON. */
+  readonly notable?: readonly string[];
   /** Set when the run itself broke (a process did not start, a bound ran out). */
   readonly error?: string;
 }

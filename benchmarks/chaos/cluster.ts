@@ -62,6 +62,10 @@ export class GatewayNode {
   errorLines = 0;
   readonly errorExamples: string[] = [];
   stderrLines = 0;
+  /** Warning lines by message, over every start. */
+  readonly warnings = new Map<string, number>();
+  /** The first lines above info, whole. */
+  readonly notable: string[] = [];
   readonly stderrExamples: string[] = [];
   peakRssBytes = 0;
   readonly tail: string[] = [];
@@ -105,6 +109,11 @@ export class GatewayNode {
         if (this.tail.length > 30) this.tail.shift();
         let rec: Record<string, unknown>;
         try { rec = JSON.parse(line) as Record<string, unknown>; } catch { continue; }
+        if (rec['level'] === 'warn' && !String(rec['msg']).startsWith('unknown')) {
+          const k = String(rec['msg']);
+          this.warnings.set(k, (this.warnings.get(k) ?? 0) + 1);
+        }
+        if (rec['level'] !== 'info' && rec['level'] !== 'debug' && this.notable.length < 40) this.notable.push(line.slice(0, 600));
         if (rec['level'] === 'error' || rec['level'] === 'fatal') {
           this.errorLines++;
           if (this.errorExamples.length < 5) this.errorExamples.push(`${this.name}: ${line.slice(0, 400)}`);

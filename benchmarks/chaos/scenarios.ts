@@ -252,6 +252,7 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
       reconnect: reconnectStats(timelines, w.from, w.to),
     }));
     await poller.stop();
+    for (const n of c.nodes) if (n.warnings.size > 0) findings.push(`${n.name} warnings: ${JSON.stringify(Object.fromEntries(n.warnings))}`);
     for (const n of c.nodes) { n.sampleRss(); if (n.stderrLines > 0) findings.push(`${n.name} wrote ${n.stderrLines} stderr lines: ${n.stderrExamples.join(' | ')}`); }
     for (const l of c.lbs) {
       // HAProxy reports every server state change on stderr: those are counted, anything else is shown.
@@ -275,6 +276,7 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
       errorLines: Object.fromEntries(c.nodes.map((n) => [n.name, n.errorLines])),
       errorExamples: c.nodes.flatMap((n) => n.errorExamples),
       findings,
+      notable: c.nodes.flatMap((n) => n.notable.map((l) => `${n.name}: ${l}`)),
     };
   };
   try {

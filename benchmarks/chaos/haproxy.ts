@@ -39,7 +39,7 @@ function replaceOnce(text: string, re: RegExp, by: string, what: string): string
  * port adding `X-Forwarded-For` (the nodes run with WS_TRUST_PROXY=1), the
  * backend with the run's servers, its source address, a redispatch of a
  * failed connect to the other node, shorter checks, and the check on
- * /health/ready sent as HTTP/1.1 with a Host header (see below). Balance,
+ * /health/ready the deploy file's (HTTP/1.1 with a Host header). Balance,
  * the expected status and the timeouts are the deploy file's.
  */
 export function haproxyConfig(base: string, o: HaproxyOptions): string {
@@ -50,10 +50,11 @@ export function haproxyConfig(base: string, o: HaproxyOptions): string {
   c = replaceOnce(c, /^backend sluice$/m, `backend sluice\n    source ${o.source}\n    option redispatch 1\n    retries 3`, 'backend sluice');
   c = replaceOnce(c, /^ {4}default-server inter \S+ fall \d+ rise \d+$/m, `    default-server inter ${o.inter} fall ${o.fall} rise ${o.rise}`, 'default-server line');
   if (!/^ {4}balance leastconn$/m.test(c)) throw new Error('deploy/haproxy/haproxy.cfg changed shape: no balance leastconn');
-  // `option httpchk GET /health/ready` alone sends HTTP/1.0 without Host, which the gateway's public port (uWS)
-  // leaves unanswered: every server would stay DOWN. The check is sent as HTTP/1.1 with a Host header.
-  c = replaceOnce(c, /^ {4}option httpchk GET \/health\/ready(?: HTTP\/1\.[01])?$/m,
-    '    option httpchk\n    http-check send meth GET uri /health/ready ver HTTP/1.1 hdr Host sluice', 'option httpchk on /health/ready');
+  // The deploy file's check, as it is: /health/ready over HTTP/1.1 with a Host header (HAProxy's default,
+  // HTTP/1.0 without Host, is left unanswered by the gateway's public port, and every server would stay DOWN).
+  if (!/^ {4}option httpchk\n {4}http-check send meth GET uri \/health\/ready ver HTTP\/1\.1 hdr Host \S+$/m.test(c)) {
+    throw new Error('deploy/haproxy/haproxy.cfg changed shape: no HTTP/1.1 check of /health/ready with a Host header');
+  }
   const servers = [...c.matchAll(/^ {4}server .*$/gm)];
   if (servers.length === 0) throw new Error('deploy/haproxy/haproxy.cfg changed shape: no server lines');
   c = c.replace(/^ {4}server .*\n?/gm, '');

@@ -231,17 +231,18 @@ export function s10Table(rs: readonly Row[], status: (r: Row) => string): string
     '`CPU per scrape`: thread CPU (schedstat) over the sequential scrapes less the same thread\'s rate in a quiet window without scrapes, ' +
     'coordinator (main thread) / shard threads / other threads of the process, ms; `health`: GET /health/live after each scrape (the coordinator alone, ' +
     'no shard asked); `lag max`: the largest `sluice_eventloop_lag_max_seconds` (5 s windows) the phase\'s scrapes reported from 10 s after its quiet window began, ' +
-    'coordinator / busiest shard. ' +
+    'coordinator / busiest shard; `waiting for a CPU`: the threads\' run-queue wait (schedstat run_delay) per second of the sequential scrapes, coordinator / both shards. ' +
     'Medians over repeats (max: the median of each repeat\'s max).\n\n' +
     table(
       ['variant', 'target', 'deliveries/s', 'sequential p50', 'p99', 'max', 'burst (size) p50 / p99 / max', 'burst done', 'bytes', 'series (families, histograms)',
-        'CPU per scrape ms: coord / shards / other', 'health p50 / p99', 'lag max: coord / shards', 'server CPU without scrapes', 'other load', 'within 50 ms', 'ok runs'],
+        'CPU per scrape ms: coord / shards / other', 'health p50 / p99', 'lag max: coord / shards', 'waiting for a CPU ms/s: coord / shards', 'server CPU without scrapes', 'other load', 'within 50 ms', 'ok runs'],
       rs.map((r) => [r.variant, PEER_LABEL[r.target], Number.isFinite(x(r, 'deliveriesPerS')) && x(r, 'deliveriesPerS') > 0 ? fmtInt(x(r, 'deliveriesPerS')) : '-',
         ms(x(r, 'seqP50Ms')), ms(x(r, 'seqP99Ms')), ms(x(r, 'seqMaxMs')),
         `(${x(r, 'burstSize').toFixed(0)}) ${ms(x(r, 'burstP50Ms'))} / ${ms(x(r, 'burstP99Ms'))} / ${ms(x(r, 'burstMaxMs'))}`, ms(x(r, 'burstWallMaxMs')),
         fmtInt(x(r, 'bytes')), `${x(r, 'series').toFixed(0)} (${x(r, 'families').toFixed(0)}, ${x(r, 'histogramFamilies').toFixed(0)})`,
         `${cpu(x(r, 'coordinatorCpuPerScrapeMs'))} / ${cpu(x(r, 'shardsCpuPerScrapeMs'))} / ${cpu(x(r, 'otherThreadsCpuPerScrapeMs'))}`,
         `${ms(x(r, 'healthP50Ms'))} / ${ms(x(r, 'healthP99Ms'))}`, `${ms(x(r, 'lagMaxMsCoordinator'))} / ${ms(x(r, 'lagMaxMsShards'))}`,
+        `${cpu(x(r, 'coordinatorWaitMsPerS'))} / ${cpu(x(r, 'shardsWaitMsPerS'))}`,
         pct(x(r, 'quietServerUtil')), pct(r.otherUtil), x(r, 'seqP99Ms') <= 50 ? 'yes' : '**no**', status(r)]),
     );
 }

@@ -171,12 +171,15 @@ export function maxOf(values: readonly number[]): number {
 
 // ---- I/O ----
 
-/** sum_exec_runtime (ns) of every thread of `pid` from /proc/<pid>/task/<tid>/schedstat. */
-function threadCpu(pid: number): Map<number, number> {
+/**
+ * From /proc/<pid>/task/<tid>/schedstat of every thread of `pid`: time on a CPU (sum_exec_runtime, ns), or with
+ * `field` 1 the time spent runnable but waiting for a CPU (run_delay, ns).
+ */
+function threadCpu(pid: number, field: 0 | 1 = 0): Map<number, number> {
   const out = new Map<number, number>();
   for (const name of readdirSync(`/proc/${pid}/task`)) {
     try {
-      const ns = Number(readFileSync(`/proc/${pid}/task/${name}/schedstat`, 'latin1').split(' ', 1)[0]);
+      const ns = Number(readFileSync(`/proc/${pid}/task/${name}/schedstat`, 'latin1').split(' ', 2)[field]);
       if (Number.isFinite(ns)) out.set(Number(name), ns);
     } catch { /* the thread ended meanwhile */ }
   }
@@ -225,6 +228,8 @@ interface PhaseResult {
   quietS: number;
   quietCpu: Map<number, number>;
   seqCpu: Map<number, number>;
+  /** Run-queue wait per thread over the sequential scrapes (runnable, no CPU free), ns. */
+  seqWait: Map<number, number>;
   serverTicksS: number;
   genCpuS: number[];
   machineBusyS: number;
@@ -304,6 +309,7 @@ async function phase(srv: ServerProc, pool: LoadPool | null, agent: Agent, cfg: 
   const ticks0 = srv.cpuSeconds();
   const gen0 = pool?.cpuSeconds() ?? [];
   const c0 = threadCpu(srv.pid);
+  const w0 = threadCpu(srv.pid, 1);
   const t0 = performance.now();
   const seq: Scrape[] = [];
   const healthMs: number[] = [];
@@ -316,6 +322,7 @@ async function phase(srv: ServerProc, pool: LoadPool | null, agent: Agent, cfg: 
     if (i < cfg.scrapes - 1) await sleep(cfg.pauseMs);
   }
   const c1 = threadCpu(srv.pid);
+  const w1 = threadCpu(srv.pid, 1);
   const seqWallS = (performance.now() - t0) / 1000;
   const ticks1 = srv.cpuSeconds();
   const gen1 = pool?.cpuSeconds() ?? [];
@@ -332,7 +339,7 @@ async function phase(srv: ServerProc, pool: LoadPool | null, agent: Agent, cfg: 
     for (const s of got) { check(s); readLag(s); burstMs.push(s.ms); }
   }
   return {
-    seq, healthMs, lagMaxMs, burstMs, burstWallMs, seqWallS, quietS, quietCpu: threadDelta(q0, q1), seqCpu: threadDelta(c0, c1),
+    seq, healthMs, lagMaxMs, burstMs, burstWallMs, seqWallS, quietS, quietCpu: threadDelta(q0, q1), seqCpu: threadDelta(c0, c1), seqWait: threadDelta(w0, w1),
     serverTicksS: ticks1 - ticks0, genCpuS: gen1.map((g, i) => g - (gen0[i] ?? 0)), machineBusyS: busy1 - busy0,
     problems: [...new Set(problems)], sentDelta, loadavg1,
   };
@@ -403,6 +410,7 @@ function toSample(spec: TargetSpec, repeat: number, cfg: MetricsConfig, variant:
   const stats = expositionStats(r.seq.at(-1)?.text ?? '');
   const q = splitCpu(r.quietCpu, mainTid, shardTids);
   const w = splitCpu(r.seqCpu, mainTid, shardTids);
+  const wait = splitCpu(r.seqWait, mainTid, shardTids);
   const per = (k: keyof CpuSplit): number => perScrapeNs(w[k], r.seqWallS, q[k], r.quietS, r.seq.length) / 1e6;
   const serverCpuS = w.totalNs / 1e9;
   const wallS = r.seqWallS;
@@ -421,6 +429,8 @@ function toSample(spec: TargetSpec, repeat: number, cfg: MetricsConfig, variant:
     largestFamilies: stats.largest.join(', '),
     cpuPerScrapeMs: per('totalNs'), coordinatorCpuPerScrapeMs: per('coordinatorNs'), shardsCpuPerScrapeMs: per('shardsNs'), otherThreadsCpuPerScrapeMs: per('otherNs'),
     quietServerUtil: q.totalNs / 1e9 / r.quietS,
+    // Waiting for a CPU while runnable, ms per second of the sequential scrapes: the coordinator, and the two shards summed.
+    coordinatorWaitMsPerS: wait.coordinatorNs / 1e6 / r.seqWallS, shardsWaitMsPerS: wait.shardsNs / 1e6 / r.seqWallS,
     deliveriesPerS: r.sentDelta / wallS,
     loadavg1: r.loadavg1,
     goalRenderP99Ms: isGoal ? seqP99 : null,

@@ -343,7 +343,15 @@ export class Coordinator {
     return res;
   }
 
-  private async metrics(): Promise<{ text: string; contentType: string }> {
+  /** The scrape being rendered: scrapes that come meanwhile share it (one render at a time, the same numbers). */
+  private rendering: Promise<{ text: string; contentType: string }> | undefined;
+
+  private metrics(): Promise<{ text: string; contentType: string }> {
+    this.rendering ??= this.render().finally(() => (this.rendering = undefined));
+    return this.rendering;
+  }
+
+  private async render(): Promise<{ text: string; contentType: string }> {
     const own = await this.registry.getMetricsAsJSON();
     const perShard = await Promise.all([...this.links].map(async ([shard, link]) => {
       const json = await this.ask<MetricsJson | undefined>(link, (rid) => ({ op: 'metrics', rid }), undefined, 2000);

@@ -13,6 +13,29 @@ async function scrape(gw: Gateway): Promise<string> {
   return (await fetch(gw.admin('/metrics'))).text();
 }
 
+test('process metrics: open fds counted (read off the event loop), no main-thread-only event-loop lag; concurrent scrapes all valid', async () => {
+  const gw = await startGateway();
+  // Read every 5 s (and at start): let one refresh pass with the node up, then 30 sockets more show within the next.
+  await new Promise((r) => setTimeout(r, 5200));
+  const before = await metricValue(gw, 'process_open_fds');
+  assert.ok(before > 0);
+  const clients = await Promise.all(Array.from({ length: 30 }, () => Client.connect(gw.url())));
+  await eventually(async () => (await metricValue(gw, 'process_open_fds')) >= before + 30, 8000);
+  const texts = await Promise.all(Array.from({ length: 5 }, async () => {
+    const res = await fetch(gw.admin('/metrics'));
+    assert.equal(res.status, 200);
+    return res.text();
+  }));
+  for (const text of texts) {
+    assert.doesNotMatch(text, /^nodejs_eventloop_lag/m);
+    assert.doesNotMatch(text, /\bNaN\b/);
+    assert.match(text, /^process_resident_memory_bytes \d+/m);
+    assert.match(text, /^sluice_connected_sockets 30$/m);
+  }
+  for (const c of clients) c.close();
+  assert.equal(await gw.stop(), 0);
+});
+
 describe('histograms and per-thread gauges (embedded, two shards)', () => {
   let gw: Gateway;
   before(async () => {

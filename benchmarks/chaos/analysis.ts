@@ -219,16 +219,7 @@ export function peakRate(polls: readonly CounterPoll[], windowMs: number, fromMs
   return best;
 }
 
-/** Most of `sorted` (ascending times) within any window of `windowMs` (sliding, from each time). */
-export function peakInWindow(sorted: readonly number[], windowMs: number): number {
-  let best = 0;
-  let j = 0;
-  for (let i = 0; i < sorted.length; i++) {
-    while (sorted[i]! - sorted[j]! >= windowMs) j++;
-    best = Math.max(best, i - j + 1);
-  }
-  return best;
-}
+export { peakInWindow } from '../src/lib/drainstats.ts';
 
 // ---- reconnects --------------------------------------------------------------------
 

@@ -103,3 +103,14 @@ function lowerGammaRegularized(a: number, x: number): number {
   }
   return 1 - Math.exp(-x + a * Math.log(x) - gln) * h;
 }
+
+/** Most times (arrivals, closes) in any window of `windowMs` (sliding, from each arrival), `sorted` ascending. */
+export function peakInWindow(sorted: readonly number[], windowMs: number): number {
+  let best = 0;
+  let j = 0;
+  for (let i = 0; i < sorted.length; i++) {
+    while (sorted[i]! - sorted[j]! >= windowMs) j++;
+    best = Math.max(best, i - j + 1);
+  }
+  return best;
+}

@@ -32,7 +32,7 @@ import { cpuSeconds, machineBusySeconds } from '../lib/proc.ts';
 import { ServerProc, TARGETS } from '../lib/server.ts';
 import { promByLabel } from '../lib/series.ts';
 import { REPO_ROOT, shellWithFileLimit } from '../lib/spawn.ts';
-import { bucketCounts } from '../lib/drainstats.ts';
+import { bucketCounts, peakInWindow } from '../lib/drainstats.ts';
 import { SOURCES } from './connect.ts';
 import { failedSample, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
 
@@ -76,16 +76,7 @@ export function timeToShare(sorted: readonly number[], total: number, share: num
   return k <= sorted.length ? sorted[k - 1]! : NaN;
 }
 
-/** Most arrivals in any window of `windowMs` (sliding, from each arrival), `sorted` ascending. */
-export function peakInWindow(sorted: readonly number[], windowMs: number): number {
-  let best = 0;
-  let j = 0;
-  for (let i = 0; i < sorted.length; i++) {
-    while (sorted[i]! - sorted[j]! >= windowMs) j++;
-    best = Math.max(best, i - j + 1);
-  }
-  return best;
-}
+export { peakInWindow };
 
 export interface Poll {
   /** ms after SIGTERM, when the answer came. */

@@ -11,8 +11,8 @@ import { readFileSync } from 'node:fs';
 import { Piscina } from 'piscina';
 import { type Config, type DrainPace, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, shareBudget, type PublishRequest,
   type PublishResult, redactedConfig, topicKey } from '@sluice/core';
-import { aggregateMetrics, counterFrom, endWithError, gaugeFrom, type Logger, type MetricsJson, registerEventLoopStall,
-  registerProcessMetrics, registerThreadMetrics, Registry, SpanKind, startSpan, type Tracer, traceparentOf } from '@sluice/telemetry';
+import { aggregateMetrics, counterFrom, endSpan, gaugeFrom, type Logger, type MetricsJson, registerProcessMetrics, registerThreadMetrics,
+  Registry, SpanKind, startSpan, sumMetrics, type Tracer, traceparentOf } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
 import type { FromShardControl, ToShardControl } from './control.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
@@ -261,7 +261,7 @@ export class Coordinator {
       // prom-client's typings call the type an enum; in the JSON it is the name.
       this.retired.push(last.filter((m) => (m.type as unknown as string) === 'counter' || (m.type as unknown as string) === 'histogram'));
       // One entry, whatever the number of crashes: the retired sums, merged.
-      if (this.retired.length > 1) this.retired.splice(0, this.retired.length, mergeJson(this.retired));
+      if (this.retired.length > 1) this.retired.splice(0, this.retired.length, sumMetrics(this.retired));
     }
     this.shared.resetSockets(shard);
     link.port.close();
@@ -328,18 +328,15 @@ export class Coordinator {
   private async publish(req: PublishRequest): Promise<PublishResult> {
     const owner = ownerOf(topicKey(req.tenant, req.topic), this.config.workers);
     const link = this.links.get(owner) ?? (this.config.redisUrl === undefined ? undefined : this.links.values().next().value);
-    const tracer = this.opts.tracer;
+    const tracer = this.opts.tracer ?? null;
     // `sluice.http.publish`: a child of the request's traceparent; the shard's publish span is its child.
-    const span = tracer === null || tracer === undefined ? undefined : startSpan(tracer, 'sluice.http.publish', SpanKind.SERVER,
+    const span = tracer === null ? undefined : startSpan(tracer, 'sluice.http.publish', SpanKind.SERVER,
       req.traceparent, { 'http.request.method': 'POST', 'http.route': '/v1/publish', 'messaging.destination.name': req.topic,
         'sluice.tenant': req.tenant });
     const sent = span === undefined ? req : { ...req, traceparent: traceparentOf(span) };
     const res = link === undefined ? { ok: false as const, reason: 'unavailable' as const }
       : await this.ask<PublishResult>(link, (rid) => ({ op: 'publish', rid, req: sent }), { ok: false, reason: 'unavailable' }, 5000);
-    if (span !== undefined) {
-      if (res.ok) span.end();
-      else endWithError(span, res.reason);
-    }
+    endSpan(span, res.ok ? undefined : res.reason);
     return res;
   }
 
@@ -408,7 +405,6 @@ export class Coordinator {
       counterFrom(r, 'sluice_redis_outages_total', 'Times the connection to Redis was lost.', undefined, () => this.redisOutages);
     }
     registerProcessMetrics(r);
-    registerEventLoopStall(r);
     counterFrom(r, 'sluice_shard_restarts_total', 'Shard threads restarted after a crash.', undefined, () => this.restarts);
     gaugeFrom(r, 'sluice_draining', '1 while the node drains, else 0.', () => (this.draining ? 1 : 0), 'max');
     gaugeFrom(r, 'sluice_drain_elapsed_seconds', 'Seconds since the drain in progress began; 0 when none.',
@@ -421,27 +417,6 @@ export class Coordinator {
     gaugeFrom(r, 'sluice_ready', '1 while the node accepts new sockets, else 0.',
       () => (this.shared.ready(this.config.workers, this.config.maxSockets) ? 1 : 0), 'max');
   }
-}
-
-/** Sums metrics JSON (counters and histograms: every value with the same name and labels). */
-function mergeJson(parts: readonly MetricsJson[]): MetricsJson {
-  const byName = new Map<string, MetricsJson[number]>();
-  for (const part of parts) {
-    for (const m of part) {
-      const have = byName.get(m.name);
-      if (have === undefined) {
-        byName.set(m.name, { ...m, values: m.values.map((v) => ({ ...v })) });
-        continue;
-      }
-      const keyOf = (v: { labels: object; metricName?: string }): string => JSON.stringify([v.metricName, v.labels]);
-      for (const v of m.values) {
-        const same = have.values.find((w) => keyOf(w) === keyOf(v));
-        if (same === undefined) have.values.push({ ...v });
-        else same.value += v.value;
-      }
-    }
-  }
-  return [...byName.values()];
 }
 
 function delay(ms: number): Promise<void> {

@@ -14,7 +14,7 @@ import {
   type ErrorReason, ErrorReasons, isStrike, type JoinFrame, type LeaveFrame, parseEventId, PEEK_REF_BYTES, peekRef,
   PROTOCOL_VERSION, type PublishFrame, type UpgradeRefusal, welcomeFrame, welcomePrefix, EventClass,
 } from '@sluice/protocol';
-import { counterFrom, createLogger, endWithError, gaugeFrom, IndexedHistogram, type Logger, LogThrottle, registerEventLoopStall,
+import { counterFrom, createLogger, endSpan, gaugeFrom, IndexedHistogram, type Logger, LogThrottle,
   registerThreadMetrics, Registry, type Span, SpanKind, startSpan, suppressedCounts, type Tracer, traceparentOf,
   loadTracing } from '@sluice/telemetry';
 import { tokenFrom, Verifier } from './auth.ts';
@@ -191,8 +191,6 @@ class Shard {
     'From a client publish frame received to its ok ack written, by class.', 'class', CLASS_LABELS);
   private readonly deliveryLag = new IndexedHistogram(this.registry, 'sluice_delivery_lag_seconds',
     'From an event accepted by the broker (stored, for a durable one) to its fan-out by a subscribed shard, by class.', 'class', CLASS_LABELS);
-  /** Cluster mode: how long Redis commands took, by operation. */
-  private readonly redisLatency: IndexedHistogram | undefined;
   private readonly suppressed = suppressedCounts();
   /** Log lines that a flood of bad input could multiply: each kind is throttled. */
   private readonly lines = {
@@ -224,9 +222,9 @@ class Shard {
     this.shared = new SharedState(task.shared);
     this.log = createLogger(this.cfg.logLevel, { shard: task.shard });
     const mesh = new MeshBroker(task.shard, this.cfg.workers, this.cfg, this.log);
+    // Cluster mode: how long Redis commands took, by operation.
     const redisLatency = this.cfg.redisUrl === undefined ? undefined : new IndexedHistogram(this.registry, 'sluice_redis_command_seconds',
       'How long Redis commands took, answered or failed (cluster mode), by operation.', 'op', REDIS_OPS);
-    this.redisLatency = redisLatency;
     this.broker = this.cfg.redisUrl === undefined ? mesh
       : new RedisBroker(task.shard, mesh, this.cfg, this.log, (op, seconds) => redisLatency!.observe(op, seconds));
     this.limits = new Limits(this.cfg, this.broker instanceof RedisBroker ? this.broker.client : undefined,
@@ -410,7 +408,7 @@ class Shard {
     }, (err: unknown) => {
       this.throttled(this.lines.degraded, 'warn', { err }, 'upgrade check failed');
       if (!aborted) this.refuseUnavailable(res);
-      if (span !== undefined) endWithError(span, 'unavailable');
+      endSpan(span, 'unavailable');
     });
   }
 
@@ -425,10 +423,7 @@ class Shard {
     if (token === undefined) return 'no token';
     const auth = span === undefined ? undefined : startSpan(this.tracer!, 'sluice.auth', SpanKind.INTERNAL, span);
     const v = await this.verifier.verify(token, Date.now());
-    if (auth !== undefined) {
-      if (v.ok) auth.end();
-      else endWithError(auth, 'unauthorized');
-    }
+    endSpan(auth, v.ok ? undefined : 'unauthorized');
     return v.ok ? v.identity : v.why;
   }
 
@@ -620,7 +615,7 @@ class Shard {
     d.inflight++;
     let inline = true;
     const t0 = performance.now();
-    const traced = this.tracer === null ? undefined : this.tracePublish(d.tenant, f, f.traceparent);
+    const traced = this.tracer === null ? undefined : this.tracePublish(d.tenant, f);
     this.broker.publishThen(d.tenant, traced?.req ?? f, (res) => {
       d.inflight--;
       if (traced !== undefined) this.endPublish(traced, res);
@@ -645,8 +640,8 @@ class Shard {
    * broker's part. The event carries the publish span's traceparent onward,
    * so the fan-out on every shard and node is a child of it.
    */
-  private tracePublish(tenant: string, f: PublishFields, parent: string | undefined): { req: PublishFields; span: Span; store: Span } {
-    const span = startSpan(this.tracer!, 'sluice.publish', SpanKind.PRODUCER, parent, {
+  private tracePublish<F extends PublishFields>(tenant: string, f: F): { req: F; span: Span; store: Span } {
+    const span = startSpan(this.tracer!, 'sluice.publish', SpanKind.PRODUCER, f.traceparent, {
       'messaging.system': 'sluice', 'messaging.operation.type': 'send', 'messaging.destination.name': f.topic, 'sluice.tenant': tenant,
       'sluice.class': CLASS_LABELS[f.cls]!, 'sluice.shard': this.task.shard,
     });
@@ -656,15 +651,13 @@ class Shard {
   }
 
   private endPublish(t: { span: Span; store: Span }, res: PublishResult): void {
-    if (!res.ok) {
-      endWithError(t.store, res.reason);
-      endWithError(t.span, res.reason);
-      return;
+    if (res.ok) {
+      if (res.id !== undefined) t.span.setAttribute('messaging.message.id', res.id);
+      if (res.duplicate) t.span.setAttribute('sluice.duplicate', true);
     }
-    if (res.id !== undefined) t.span.setAttribute('messaging.message.id', res.id);
-    if (res.duplicate) t.span.setAttribute('sluice.duplicate', true);
-    t.store.end();
-    t.span.end();
+    const error = res.ok ? undefined : res.reason;
+    endSpan(t.store, error);
+    endSpan(t.span, error);
   }
 
   /**
@@ -807,7 +800,7 @@ class Shard {
       }
     }, (err: unknown) => {
       // The topic's owner is unavailable: the join fails, the socket goes on.
-      if (readSpan !== undefined) endWithError(readSpan, 'unavailable');
+      endSpan(readSpan, 'unavailable');
       if (!done()) {
         endSpan(span);
         return;
@@ -1009,8 +1002,8 @@ class Shard {
       case 'publish': {
         // The coordinator sends an admin publish to the topic's owner: this shard.
         // Its traceparent is the coordinator's `sluice.http.publish` span.
-        const traced = this.tracer === null ? undefined : this.tracePublish(m.req.tenant, m.req, m.req.traceparent);
-        void this.broker.publish(m.req.tenant, traced === undefined ? m.req : { ...traced.req, tenant: m.req.tenant }).then((res) => {
+        const traced = this.tracer === null ? undefined : this.tracePublish(m.req.tenant, m.req);
+        void this.broker.publish(m.req.tenant, traced?.req ?? m.req).then((res) => {
           if (traced !== undefined) this.endPublish(traced, res);
           this.tell({ op: 'published', rid: m.rid, res });
         });
@@ -1161,15 +1154,7 @@ class Shard {
       'level', () => this.suppressed);
     counterFrom(r, 'sluice_limiter_fallbacks_total', 'Limit settles Redis failed and this node\'s memory store took.', undefined,
       () => this.limits.stats.fallbacks);
-    registerEventLoopStall(r);
   }
-}
-
-/** Ends a span, with an error status when `error` (a protocol reason) is given. */
-function endSpan(span: Span | undefined, error?: string): void {
-  if (span === undefined) return;
-  if (error === undefined) span.end();
-  else endWithError(span, error);
 }
 
 /**

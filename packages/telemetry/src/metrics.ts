@@ -1,6 +1,5 @@
 import { AggregatorRegistry, Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { readdir } from 'node:fs/promises';
-import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 
 export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 
@@ -55,19 +54,6 @@ export function gaugeFrom(registry: Registry, name: string, help: string, read: 
   });
 }
 
-/**
- * The longest event-loop stall this thread has seen since start, in seconds,
- * aggregated across threads with `max`.
- */
-export function registerEventLoopStall(registry: Registry): IntervalHistogram {
-  const h = monitorEventLoopDelay({ resolution: 10 });
-  h.enable();
-  gaugeFrom(registry, 'sluice_eventloop_stall_max_seconds',
-    'Longest event-loop stall seen by any thread of the node since start (max over threads): the delay of a 10 ms timer beyond its period.',
-    () => Math.max(0, h.max / 1e9 - 0.01), 'max');
-  return h;
-}
-
 /** prom-client's event-loop lag of the main thread only; `sluice_eventloop_lag_seconds{thread}` covers every thread. */
 const EVENT_LOOP_DEFAULTS = ['min', 'max', 'mean', 'stddev', 'p50', 'p90', 'p99'].map((s) => `nodejs_eventloop_lag_${s}_seconds`)
   .concat('nodejs_eventloop_lag_seconds');
@@ -99,6 +85,15 @@ export function registerProcessMetrics(registry: Registry): { stop(): void } {
   timer.unref();
   gaugeFrom(registry, 'process_open_fds', `Number of open file descriptors (read every ${OPEN_FDS_REFRESH_MS / 1000} s).`, () => open);
   return { stop: () => clearInterval(timer) };
+}
+
+/**
+ * Sums metrics JSON with prom-client's own aggregation (each metric's
+ * aggregator: counters and histograms summed by name and labels), as JSON
+ * again: to fold several registries' last values into one.
+ */
+export function sumMetrics(parts: MetricsJson[]): MetricsJson {
+  return AggregatorRegistry.aggregate(parts).getMetricsAsArray().map((m) => (m as unknown as { get(): MetricsJson[number] }).get());
 }
 
 /** Merges the JSON of every thread's registry into one Prometheus text. */

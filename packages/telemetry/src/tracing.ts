@@ -54,9 +54,10 @@ export function startSpan(tracer: Tracer, name: string, kind: SpanKind, parent: 
   return tracer.startSpan(name, { kind, attributes, links }, ctx);
 }
 
-/** Ends a span with an error status naming `reason` (a protocol reason, never client data). */
-export function endWithError(span: Span, reason: string): void {
-  span.setStatus({ code: SpanStatusCode.ERROR, message: reason });
+/** Ends a span (none: nothing), with an error status naming `error` when given (a protocol reason, never client data). */
+export function endSpan(span: Span | undefined, error?: string): void {
+  if (span === undefined) return;
+  if (error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: error });
   span.end();
 }
 

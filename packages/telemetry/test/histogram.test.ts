@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { aggregateMetrics, IndexedHistogram, Registry } from '../src/index.ts';
+import { Counter } from 'prom-client';
+import { aggregateMetrics, IndexedHistogram, Registry, sumMetrics } from '../src/index.ts';
 
 const BUCKETS = [0.001, 0.01, 0.1];
 
@@ -54,4 +55,21 @@ test('the histograms of several threads aggregate into one by summing each bucke
     'lag_seconds_bucket{class="durable",le="+Inf"} 3',
   ]);
   assert.deepEqual(lines(text, 'lag_seconds_count'), ['lag_seconds_count{class="durable"} 3']);
+});
+
+test('sumMetrics folds several registries\' JSON into one, summing counters and histograms by name and labels', async () => {
+  const parts = await Promise.all([1, 2].map(async (n) => {
+    const r = new Registry();
+    const c = new Counter({ name: 'c_total', help: 'h', labelNames: ['reason'], registers: [r] });
+    c.inc({ reason: 'a' }, n);
+    if (n === 2) c.inc({ reason: 'b' }, 5);
+    new IndexedHistogram(r, 'h_seconds', 'help', 'class', ['durable'], BUCKETS).observe(0, 0.005 * n);
+    return r.getMetricsAsJSON();
+  }));
+  const once = sumMetrics(parts);
+  const twice = sumMetrics([once, parts[0]!]);
+  const { text } = await aggregateMetrics([twice]);
+  assert.deepEqual(lines(text, 'c_total'), ['c_total{reason="a"} 4', 'c_total{reason="b"} 5']);
+  assert.deepEqual(lines(text, 'h_seconds_count'), ['h_seconds_count{class="durable"} 3']);
+  assert.deepEqual(lines(text, 'h_seconds_bucket{class="durable",le="0.01"}'), ['h_seconds_bucket{class="durable",le="0.01"} 3']);
 });

@@ -17,11 +17,10 @@
 // over IPC; every request has a timeout, and a child exits when the
 // orchestrator goes away or after its lifetime.
 
-import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import WebSocket from 'ws';
 import { SluiceClient, type WebSocketConstructor } from '@sluice/client';
-import { shellWithFileLimit, REPO_ROOT } from '../src/lib/spawn.ts';
+import { RpcChild, serveRequests } from '../src/lib/child-rpc.ts';
 import { checkSubscription, emptyDeliveryCheck, type Acked, type DeliveryCheck } from './analysis.ts';
 
 export const CLIENT_SOURCES = ['127.0.0.2', '127.0.0.3', '127.0.0.4', '127.0.0.5', '127.0.0.6', '127.0.0.7', '127.0.0.8', '127.0.0.9'];
@@ -93,8 +92,6 @@ export interface Extras {
   odd: string[];
 }
 
-interface Envelope { id: number; req: Request }
-type Reply = { id: number; ok: true; result: unknown } | { id: number; ok: false; error: string };
 
 interface Sub {
   topic: string;
@@ -357,106 +354,31 @@ class Clients {
 }
 
 function childMain(): void {
-  const lifetime = setTimeout(() => {
-    process.stderr.write(`chaos clients ${process.pid}: lifetime over, exiting\n`);
-    process.exit(3);
-  }, Number(process.env['CHAOS_CHILD_LIFETIME_MS'] ?? 30 * 60_000));
-  lifetime.unref();
-  process.on('disconnect', () => process.exit(0));
   // A rejected publish or join is counted where it happens; nothing may end the process meanwhile.
   process.on('unhandledRejection', () => undefined);
   const c = new Clients();
-  let chain = Promise.resolve();
-  process.on('message', (m: Envelope) => {
-    const run = async (): Promise<void> => {
-      let reply: Reply;
-      try {
-        const r = m.req;
-        let result: unknown = null;
-        switch (r.op) {
-          case 'connect': result = await c.connect(r); break;
-          case 'status': result = c.status(r.fence); break;
-          case 'publishing': c.publishing(r.on); break;
-          case 'acked': result = { acked: c.acked, extras: c.extras() }; break;
-          case 'verify': result = c.verify(r.acked); break;
-          case 'timelines': result = c.held.map((h) => ({ client: h.index, downs: h.downs, ups: h.ups })); break;
-          case 'close': await c.close(); break;
-          case 'exit': break;
-        }
-        reply = { id: m.id, ok: true, result };
-      } catch (err) {
-        reply = { id: m.id, ok: false, error: (err as Error).stack ?? String(err) };
-      }
-      process.send!(reply);
-      if (m.req.op === 'exit') setTimeout(() => process.exit(0), 10);
-    };
-    // Status polls answer at once; everything else in order.
-    if (m.req.op === 'status') void run(); else chain = chain.then(run);
-  });
-  process.send!({ hello: process.pid });
+  serveRequests<Request>('chaos clients', Number(process.env['CHAOS_CHILD_LIFETIME_MS'] ?? 30 * 60_000), async (r) => {
+    switch (r.op) {
+      case 'connect': return c.connect(r);
+      case 'status': return c.status(r.fence);
+      case 'publishing': c.publishing(r.on); return null;
+      case 'acked': return { acked: c.acked, extras: c.extras() };
+      case 'verify': return c.verify(r.acked);
+      case 'timelines': return c.held.map((h) => ({ client: h.index, downs: h.downs, ups: h.ups }));
+      case 'close': await c.close(); return null;
+      case 'exit': return null;
+    }
+  // Status polls answer at once; everything else in order.
+  }, (r) => r.op === 'status');
 }
 
 // ---- the orchestrator's side --------------------------------------------------------
 
 const SELF = fileURLToPath(import.meta.url);
 
-class FleetProc {
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void; timer: NodeJS.Timeout }>();
-  exited = false;
+type FleetProc = RpcChild<Request>;
 
-  private constructor(readonly index: number, readonly proc: ChildProcess) {
-    proc.on('message', (m: Reply) => {
-      const p = this.pending.get(m.id);
-      if (p === undefined) return;
-      this.pending.delete(m.id);
-      clearTimeout(p.timer);
-      if (m.ok) p.resolve(m.result); else p.reject(new Error(`chaos clients ${index}: ${m.error}`));
-    });
-    proc.on('exit', (code, signal) => {
-      this.exited = true;
-      for (const p of this.pending.values()) { clearTimeout(p.timer); p.reject(new Error(`chaos clients ${index} exited (${code ?? signal})`)); }
-      this.pending.clear();
-    });
-  }
-
-  static start(index: number): Promise<FleetProc> {
-    const proc = spawn('/bin/sh', shellWithFileLimit([process.execPath, '--import', 'tsx', SELF, '--chaos-child']), {
-      cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('chaos client process did not start in 30 s')); }, 30_000);
-      proc.once('exit', (code) => { clearTimeout(timer); reject(new Error(`chaos client process exited at start (${code})`)); });
-      proc.once('message', (m: { hello?: number }) => {
-        clearTimeout(timer);
-        if (typeof m.hello === 'number') resolve(new FleetProc(index, proc)); else reject(new Error('chaos client process said something else than hello'));
-      });
-    });
-  }
-
-  call<T>(req: Request, timeoutMs: number): Promise<T> {
-    if (this.exited) return Promise.reject(new Error(`chaos clients ${this.index} exited`));
-    const id = this.nextId++;
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => { this.pending.delete(id); reject(new Error(`chaos clients ${this.index}: ${req.op} got no answer in ${timeoutMs} ms`)); }, timeoutMs);
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
-      this.proc.send({ id, req } satisfies Envelope);
-    });
-  }
-
-  async exit(): Promise<void> {
-    if (this.exited) return;
-    const gone = new Promise<void>((r) => this.proc.once('exit', () => r()));
-    try { await this.call({ op: 'exit' }, 5000); } catch { /* gone already; the kill below makes sure */ }
-    const timer = setTimeout(() => { if (!this.exited) this.proc.kill('SIGKILL'); }, 5000);
-    await gone;
-    clearTimeout(timer);
-  }
-
-  killNow(): void {
-    if (!this.exited) this.proc.kill('SIGKILL');
-  }
-}
+const startFleetProc = (index: number): Promise<FleetProc> => RpcChild.start<Request>(SELF, '--chaos-child', `chaos clients ${index}`);
 
 function sumStatus(xs: readonly Status[]): Status {
   const out: Status = { clients: 0, open: 0, closed: 0, pending: 0, acked: 0, cold: 0, fenceMissing: 0, keyedFenceMissing: 0, keyedSubscribers: 0 };
@@ -476,7 +398,7 @@ export class Fleet {
 
   static async start(clients: number, procs: number): Promise<Fleet> {
     const n = Math.max(procs, Math.ceil(clients / PER_PROC_MAX));
-    const started = await Promise.allSettled(Array.from({ length: n }, (_, i) => FleetProc.start(i)));
+    const started = await Promise.allSettled(Array.from({ length: n }, (_, i) => startFleetProc(i)));
     const ok = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
     const bad = started.find((s) => s.status === 'rejected');
     if (bad !== undefined) {

@@ -22,16 +22,15 @@
 // or `maxWaitMs` after SIGTERM, whichever comes first. Loopback only; every loop
 // is bounded; not part of `ci`.
 
-import { spawn, type ChildProcess } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import WebSocket from 'ws';
 import { SluiceClient, type WebSocketConstructor } from '@sluice/client';
 import { split } from '../loadgen/pool.ts';
-import { cpuSeconds, machineBusySeconds } from '../lib/proc.ts';
+import { machineBusySeconds } from '../lib/proc.ts';
 import { ServerProc, TARGETS } from '../lib/server.ts';
 import { promByLabel } from '../lib/series.ts';
-import { REPO_ROOT, shellWithFileLimit } from '../lib/spawn.ts';
+import { RpcChild, serveRequests } from '../lib/child-rpc.ts';
 import { bucketCounts, peakInWindow } from '../lib/drainstats.ts';
 import { SOURCES } from './connect.ts';
 import { failedSample, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
@@ -162,8 +161,6 @@ interface ResultsReply {
   notBack: number;
 }
 
-interface Envelope { id: number; req: Request }
-type Reply = { id: number; ok: true; result: unknown } | { id: number; ok: false; error: string };
 
 const nowMs = (): number => performance.timeOrigin + performance.now();
 
@@ -371,91 +368,18 @@ class Clients {
 }
 
 function childMain(): void {
-  const lifetime = setTimeout(() => {
-    process.stderr.write(`storm client ${process.pid}: lifetime over, exiting\n`);
-    process.exit(3);
-  }, Number(process.env['STORM_LIFETIME_MS'] ?? 10 * 60_000));
-  lifetime.unref();
-  process.on('disconnect', () => process.exit(0));
   const clients = new Clients();
-  let chain = Promise.resolve();
-  process.on('message', (m: Envelope) => {
-    chain = chain.then(async () => {
-      let reply: Reply;
-      try {
-        const r = m.req;
-        const result = r.op === 'connect' ? await clients.connect(r) : r.op === 'results' ? clients.results() : r.op === 'reset' ? await clients.reset() : undefined;
-        reply = { id: m.id, ok: true, result: result ?? null };
-      } catch (err) {
-        reply = { id: m.id, ok: false, error: (err as Error).stack ?? String(err) };
-      }
-      process.send!(reply);
-      if (m.req.op === 'exit') setTimeout(() => process.exit(0), 10);
-    });
-  });
-  process.send!({ hello: process.pid });
+  serveRequests<Request>('storm client', Number(process.env['STORM_LIFETIME_MS'] ?? 10 * 60_000),
+    (r) => (r.op === 'connect' ? clients.connect(r) : r.op === 'results' ? clients.results() : r.op === 'reset' ? clients.reset() : null));
 }
 
 // ---- the orchestrator's side --------------------------------------------------------
 
 const SELF = fileURLToPath(import.meta.url);
 
-class StormProc {
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void; timer: NodeJS.Timeout }>();
-  exited = false;
+type StormProc = RpcChild<Request>;
 
-  private constructor(readonly index: number, readonly proc: ChildProcess, readonly pid: number) {
-    proc.on('message', (m: Reply) => {
-      const p = this.pending.get(m.id);
-      if (p === undefined) return;
-      this.pending.delete(m.id);
-      clearTimeout(p.timer);
-      if (m.ok) p.resolve(m.result); else p.reject(new Error(`storm clients ${index}: ${m.error}`));
-    });
-    proc.on('exit', (code, signal) => {
-      this.exited = true;
-      for (const p of this.pending.values()) { clearTimeout(p.timer); p.reject(new Error(`storm clients ${index} exited (${code ?? signal})`)); }
-      this.pending.clear();
-    });
-  }
-
-  static start(index: number): Promise<StormProc> {
-    const proc = spawn('/bin/sh', shellWithFileLimit([process.execPath, '--import', 'tsx', SELF, '--storm-child']), {
-      cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error('storm client process did not start in 30 s')); }, 30_000);
-      proc.once('exit', (code) => { clearTimeout(timer); reject(new Error(`storm client process exited at start (${code})`)); });
-      proc.once('message', (m: { hello?: number }) => {
-        clearTimeout(timer);
-        if (typeof m.hello === 'number') resolve(new StormProc(index, proc, m.hello)); else reject(new Error('storm client process said something else than hello'));
-      });
-    });
-  }
-
-  call<T>(req: Request, timeoutMs: number): Promise<T> {
-    const id = this.nextId++;
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => { this.pending.delete(id); reject(new Error(`storm clients ${this.index}: ${req.op} got no answer in ${timeoutMs} ms`)); }, timeoutMs);
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
-      this.proc.send({ id, req } satisfies Envelope);
-    });
-  }
-
-  cpuSeconds(): number {
-    try { return this.exited ? 0 : cpuSeconds(this.pid); } catch { return 0; }
-  }
-
-  async exit(): Promise<void> {
-    if (this.exited) return;
-    const gone = new Promise<void>((r) => this.proc.once('exit', () => r()));
-    try { await this.call({ op: 'exit' }, 5000); } catch { /* gone already; the kill below makes sure */ }
-    const timer = setTimeout(() => { if (!this.exited) process.kill(this.pid, 'SIGKILL'); }, 5000);
-    await gone;
-    clearTimeout(timer);
-  }
-}
+const startStormProc = (index: number): Promise<StormProc> => RpcChild.start<Request>(SELF, '--storm-child', `storm clients ${index}`);
 
 /** The node id a gateway logs at start (`starting sluice`): the first part of its connection ids. */
 function nodeIdOf(srv: ServerProc): string {
@@ -474,7 +398,7 @@ export function drainMaxMs(cfg: Pick<StormConfig, 'clients' | 'rate' | 'delayMs'
 
 export async function runStorm(opts: RunOptions, cfg: StormConfig): Promise<Sample[]> {
   const n = Math.max(cfg.procs, Math.ceil(cfg.clients / PER_PROC_MAX));
-  const procs = await Promise.all(Array.from({ length: n }, (_, i) => StormProc.start(i)));
+  const procs = await Promise.all(Array.from({ length: n }, (_, i) => startStormProc(i)));
   const out: Sample[] = [];
   try {
     for (const mode of cfg.modes) {

@@ -1,0 +1,109 @@
+// Request/answer over Node's IPC channel between an orchestrator and the
+// client processes it starts (S9's storm clients, the chaos harness's
+// fleet): one file is both sides, started again with a flag for the child.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { cpuSeconds } from './proc.ts';
+import { REPO_ROOT, shellWithFileLimit } from './spawn.ts';
+
+export type RpcReply = { id: number; ok: true; result: unknown } | { id: number; ok: false; error: string };
+interface Envelope<R> { id: number; req: R }
+
+/**
+ * The child's side: answers every request with `handle`, one after the
+ * other (those `concurrent` says so at once), and exits after answering an
+ * `exit`, when the parent goes away, or when `lifetimeMs` has passed (a
+ * bound, should the orchestrator hang). Announces itself with its pid.
+ */
+export function serveRequests<R extends { op: string }>(label: string, lifetimeMs: number, handle: (req: R) => Promise<unknown> | unknown,
+  concurrent: (req: R) => boolean = () => false): void {
+  const lifetime = setTimeout(() => {
+    process.stderr.write(`${label} ${process.pid}: lifetime over, exiting\n`);
+    process.exit(3);
+  }, lifetimeMs);
+  lifetime.unref();
+  process.on('disconnect', () => process.exit(0));
+  let chain = Promise.resolve();
+  process.on('message', (m: Envelope<R>) => {
+    const run = async (): Promise<void> => {
+      let reply: RpcReply;
+      try {
+        reply = { id: m.id, ok: true, result: (m.req.op === 'exit' ? null : await handle(m.req)) ?? null };
+      } catch (err) {
+        reply = { id: m.id, ok: false, error: (err as Error).stack ?? String(err) };
+      }
+      process.send!(reply);
+      if (m.req.op === 'exit') setTimeout(() => process.exit(0), 10);
+    };
+    if (concurrent(m.req)) void run();
+    else chain = chain.then(run);
+  });
+  process.send!({ hello: process.pid });
+}
+
+/** The orchestrator's side of one child process. */
+export class RpcChild<R extends { op: string }> {
+  private nextId = 1;
+  private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void; timer: NodeJS.Timeout }>();
+  exited = false;
+
+  private constructor(private readonly label: string, readonly proc: ChildProcess, readonly pid: number) {
+    proc.on('message', (m: RpcReply) => {
+      const p = this.pending.get(m.id);
+      if (p === undefined) return;
+      this.pending.delete(m.id);
+      clearTimeout(p.timer);
+      if (m.ok) p.resolve(m.result); else p.reject(new Error(`${label}: ${m.error}`));
+    });
+    proc.on('exit', (code, signal) => {
+      this.exited = true;
+      for (const p of this.pending.values()) { clearTimeout(p.timer); p.reject(new Error(`${label} exited (${code ?? signal})`)); }
+      this.pending.clear();
+    });
+  }
+
+  /** Starts `file` with `flag` under the hard open-file limit; resolves once it said hello. `label` names it in errors. */
+  static start<R extends { op: string }>(file: string, flag: string, label: string): Promise<RpcChild<R>> {
+    const proc = spawn('/bin/sh', shellWithFileLimit([process.execPath, '--import', 'tsx', file, flag]), {
+      cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`${label} did not start in 30 s`)); }, 30_000);
+      proc.once('exit', (code) => { clearTimeout(timer); reject(new Error(`${label} exited at start (${code})`)); });
+      proc.once('message', (m: { hello?: number }) => {
+        clearTimeout(timer);
+        if (typeof m.hello === 'number') resolve(new RpcChild<R>(label, proc, m.hello)); else reject(new Error(`${label} said something else than hello`));
+      });
+    });
+  }
+
+  call<T>(req: R, timeoutMs: number): Promise<T> {
+    if (this.exited) return Promise.reject(new Error(`${this.label} exited`));
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => { this.pending.delete(id); reject(new Error(`${this.label}: ${req.op} got no answer in ${timeoutMs} ms`)); }, timeoutMs);
+      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
+      this.proc.send({ id, req } satisfies Envelope<R>);
+    });
+  }
+
+  cpuSeconds(): number {
+    try { return this.exited ? 0 : cpuSeconds(this.pid); } catch { return 0; }
+  }
+
+  /** Asks it to exit; SIGKILL after 5 s if it does not. */
+  async exit(): Promise<void> {
+    if (this.exited) return;
+    const gone = new Promise<void>((r) => this.proc.once('exit', () => r()));
+    try { await this.call({ op: 'exit' } as R, 5000); } catch { /* gone already; the kill below makes sure */ }
+    const timer = setTimeout(() => this.killNow(), 5000);
+    await gone;
+    clearTimeout(timer);
+  }
+
+  killNow(): void {
+    if (this.exited) return;
+    try { process.kill(this.pid, 'SIGKILL'); } catch { /* already gone */ }
+    this.proc.kill('SIGKILL');
+  }
+}

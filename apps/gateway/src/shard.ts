@@ -26,7 +26,7 @@ import { REDIS_OPS, RedisBroker, RedisOp } from './redis-broker.ts';
 import type { ShardBroker } from './shard-broker.ts';
 import { type LaneData, SlowLane } from './slow-lane.ts';
 import { Flag, SharedState } from './shared-state.ts';
-import { loadNativeUws, type HttpRequest, type HttpResponse, type TemplatedApp, type us_listen_socket,
+import { learnUpgradeCork, loadNativeUws, upgradeCorked, type HttpRequest, type HttpResponse, type TemplatedApp, type us_listen_socket,
   type us_socket_context_t, type WebSocket } from './uws.ts';
 
 export interface ShardTask {
@@ -266,7 +266,7 @@ class Shard {
       this.fail = reject;
       // Cluster mode: listen once Redis answers (or after a short wait, degraded as in an outage).
       const connected = this.broker instanceof RedisBroker ? this.broker.connected(3000) : Promise.resolve();
-      void connected.then(() => this.listen(reject));
+      void Promise.all([connected, learnUpgradeCork(this.uws)]).then(() => this.listen(reject), reject);
     });
   }
 
@@ -494,7 +494,8 @@ class Shard {
       windowCount: 0,
     };
     this.m.upgrades.accepted++;
-    res.cork(() => res.upgrade(data, key, protocol, extensions, context));
+    // Not res.cork(): see upgradeCorked.
+    upgradeCorked(res, () => res.upgrade(data, key, protocol, extensions, context));
     return 'accepted';
   }
 

@@ -69,6 +69,8 @@ export interface HandshakeOptions {
   readonly path?: string;
   readonly protocols?: string[];
   readonly headers?: Record<string, string>;
+  /** The Connection header's value; default `Upgrade`. */
+  readonly connection?: string;
 }
 
 /** A well-formed upgrade request for `port`, with a fresh key. */
@@ -78,7 +80,7 @@ export function upgradeRequest(port: number, opts: HandshakeOptions = {}): { req
     `GET ${opts.path ?? '/ws'} HTTP/1.1`,
     `Host: 127.0.0.1:${port}`,
     'Upgrade: websocket',
-    'Connection: Upgrade',
+    `Connection: ${opts.connection ?? 'Upgrade'}`,
     `Sec-WebSocket-Key: ${key}`,
     'Sec-WebSocket-Version: 13',
   ];

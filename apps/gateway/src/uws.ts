@@ -38,10 +38,10 @@ export type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket, us_sock
  * cork() reads the HTTP response's `state` from memory that now holds the
  * WebSocket. When those bits read "connection: close, response sent" it
  * shuts the socket down: the client gets the 101 and the welcome, then a
- * FIN (1006), and the shard its close a millisecond after open. With a
- * normal handshake that happened to about one upgrade in 800 here (an
- * upgrade request saying `Connection: close`, or HTTP/1.0, hits it every
- * time, which is what the test uses).
+ * FIN (1006), and the shard sees the close a millisecond after the open.
+ * With a normal handshake that happened to about one upgrade in 800 here;
+ * an upgrade request saying `Connection: close` hits it every time, which
+ * is what the test uses.
  *
  * Without `res.cork()` the writes are uncorked (about 20 sends for the 101
  * and the welcome, twice the CPU of a corked upgrade) and uWS prints a

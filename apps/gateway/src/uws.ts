@@ -43,9 +43,10 @@ export type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket, us_sock
  * an upgrade request saying `Connection: close` hits it every time, which
  * is what the test uses.
  *
- * Without `res.cork()` the writes are uncorked (about 20 sends for the 101
- * and the welcome, twice the CPU of a corked upgrade) and uWS prints a
- * warning for each. So the cork is taken with the WebSocket's cork method,
+ * Without `res.cork()` the writes are uncorked (about 24 sends for the 101
+ * and the welcome, 2.4x the CPU of a corked upgrade: benchmarks/src/
+ * experiments/async-upgrade.ts), uWS prints a warning for each, and a
+ * `Connection: close` upgrade is lost all the same. So the cork is taken with the WebSocket's cork method,
  * called on the response: both are uWS AsyncSockets and that method only
  * corks, runs the callback and uncorks the socket at that address, which
  * after the in-place realloc is the new WebSocket. Inside it `res.cork()`

@@ -266,7 +266,9 @@ class Shard {
       this.fail = reject;
       // Cluster mode: listen once Redis answers (or after a short wait, degraded as in an outage).
       const connected = this.broker instanceof RedisBroker ? this.broker.connected(3000) : Promise.resolve();
-      void Promise.all([connected, learnUpgradeCork(this.uws)]).then(() => this.listen(reject), reject);
+      const cork = learnUpgradeCork(this.uws).then(({ inPlace }) =>
+        this.log.debug({ inPlace }, inPlace ? 'upgrades cork with the WebSocket\'s method (realloc in place)' : 'upgrades cork with res.cork'));
+      void Promise.all([connected, cork]).then(() => this.listen(reject), reject);
     });
   }
 

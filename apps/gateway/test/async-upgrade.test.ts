@@ -7,6 +7,7 @@
  * handshake that happened to about one upgrade in 800; a request saying
  * `Connection: close` hit it every time, so that is what these tests send. The socket must stay open and answer.
  */
+import { existsSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SignJWT } from 'jose';
@@ -14,11 +15,19 @@ import { type Gateway, metricValue, running, startGateway } from './harness.ts';
 import { Op, RawWs } from './raw-ws.ts';
 
 const SECRET = 'async-upgrade-test-secret-0123456789abcdef';
+/** Debian's libjemalloc2 (`.ci/run` installs it). */
+const JEMALLOC = ['/usr/lib/x86_64-linux-gnu/libjemalloc.so.2', '/usr/lib/aarch64-linux-gnu/libjemalloc.so.2'].find((p) => existsSync(p));
 let gw: Gateway;
 let jwtGw: Gateway;
+let jemallocGw: Gateway;
 
 before(async () => {
-  [gw, jwtGw] = await Promise.all([startGateway(), startGateway({ WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET })]);
+  assert.ok(JEMALLOC !== undefined, 'libjemalloc.so.2 not found: apt-get install libjemalloc2');
+  [gw, jwtGw, jemallocGw] = await Promise.all([
+    startGateway({ LOG_LEVEL: 'debug' }),
+    startGateway({ WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET }),
+    startGateway({ LD_PRELOAD: JEMALLOC, LOG_LEVEL: 'debug' }),
+  ]);
 });
 
 after(async () => {
@@ -45,6 +54,12 @@ async function upgradeAndUse(port: number, opts: Parameters<typeof RawWs.connect
   }
 }
 
+test('each shard learned how to cork an upgrade: the WebSocket\'s method under glibc (realloc in place), res.cork under jemalloc', () => {
+  const ways = (g: Gateway): unknown[] => g.logs.filter((l) => typeof l['inPlace'] === 'boolean').map((l) => l['inPlace']);
+  assert.deepEqual(ways(gw), [true, true]);
+  assert.deepEqual(ways(jemallocGw), [false, false]);
+});
+
 for (const [name, opts] of [
   ['Connection: close', { connection: 'close' }],
   ['Connection: Upgrade (the normal handshake)', {}],
@@ -53,6 +68,12 @@ for (const [name, opts] of [
     const before = await metricValue(gw, 'sluice_connected_sockets');
     for (let i = 0; i < 4; i++) await upgradeAndUse(gw.port, opts);
     assert.equal(await metricValue(gw, 'sluice_connected_sockets'), before);
+  });
+
+  test(`with jemalloc preloaded too: ${name}`, async () => {
+    for (let i = 0; i < 4; i++) await upgradeAndUse(jemallocGw.port, opts);
+    assert.equal(jemallocGw.proc.exitCode, null, jemallocGw.stderr());
+    assert.equal(await metricValue(jemallocGw, 'sluice_connected_sockets'), 0);
   });
 }
 

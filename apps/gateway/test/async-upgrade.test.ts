@@ -65,9 +65,9 @@ for (const [name, opts] of [
   ['Connection: Upgrade (the normal handshake)', {}],
 ] as const) {
   test(`an upgrade that waited for the IP window stays open and answers: ${name}`, async () => {
-    const before = await metricValue(gw, 'sluice_connected_sockets');
+    const open = await metricValue(gw, 'sluice_connected_sockets');
     for (let i = 0; i < 4; i++) await upgradeAndUse(gw.port, opts);
-    assert.equal(await metricValue(gw, 'sluice_connected_sockets'), before);
+    assert.equal(await metricValue(gw, 'sluice_connected_sockets'), open);
   });
 
   test(`with jemalloc preloaded too: ${name}`, async () => {

@@ -39,6 +39,7 @@ import uWS from 'uWebSockets.js';
 import WebSocket from 'ws';
 import { learnUpgradeCork, upgradeCorked } from '../../../apps/gateway/src/uws.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
+import { median } from '../report/summary.ts';
 import { REPO_ROOT } from '../lib/spawn.ts';
 import { SOURCES } from '../scenarios/connect.ts';
 
@@ -343,12 +344,6 @@ async function measure(way: Way): Promise<Result> {
     await stopServer(srv);
   }
 }
-
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 if (process.argv[2] === 'serve') {
   serve((process.argv[3] ?? '1') as Way);

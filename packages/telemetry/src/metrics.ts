@@ -68,10 +68,10 @@ const OPEN_FDS_REFRESH_MS = 5000;
  * and prom-client's event-loop lag, which reports odd values to scrapes that
  * come close together, is left to the per-thread gauges.
  */
-export function registerProcessMetrics(registry: Registry): { stop(): void } {
+export function registerProcessMetrics(registry: Registry): void {
   collectDefaultMetrics({ register: registry });
   for (const name of EVENT_LOOP_DEFAULTS) registry.removeSingleMetric(name);
-  if (registry.getSingleMetric('process_open_fds') === undefined) return { stop() {} };
+  if (registry.getSingleMetric('process_open_fds') === undefined) return;
   registry.removeSingleMetric('process_open_fds');
   let open = 0;
   let reading = false;
@@ -81,10 +81,9 @@ export function registerProcessMetrics(registry: Registry): { stop(): void } {
     readdir('/proc/self/fd').then((fds) => (open = fds.length), () => {}).finally(() => (reading = false));
   };
   refresh();
-  const timer = setInterval(refresh, OPEN_FDS_REFRESH_MS);
-  timer.unref();
+  // For the life of the process (unref'd: it never keeps it alive).
+  setInterval(refresh, OPEN_FDS_REFRESH_MS).unref();
   gaugeFrom(registry, 'process_open_fds', `Number of open file descriptors (read every ${OPEN_FDS_REFRESH_MS / 1000} s).`, () => open);
-  return { stop: () => clearInterval(timer) };
 }
 
 /**

@@ -3,6 +3,8 @@
 // each subscriber got, the reconnect arrival rate from polled counters, the
 // time until a share of the dropped clients is back, and the results table.
 
+import { peakInWindow, timeToShare } from '../src/lib/drainstats.ts';
+
 /** One acknowledged durable publish: its topic, the id the ack carried, and the publish's own key (`<client>.<n>`, also in its data). */
 export interface Acked {
   readonly topic: string;
@@ -219,7 +221,7 @@ export function peakRate(polls: readonly CounterPoll[], windowMs: number, fromMs
   return best;
 }
 
-export { peakInWindow } from '../src/lib/drainstats.ts';
+export { peakInWindow, timeToShare };
 
 // ---- reconnects --------------------------------------------------------------------
 
@@ -239,13 +241,6 @@ export interface ReconnectStats {
   t50Ms: number;
   t99Ms: number;
   tAllMs: number;
-}
-
-/** Time (in the values' unit) at which `share` of `total` had arrived; NaN when fewer did. `sorted` ascending. */
-export function timeToShare(sorted: readonly number[], total: number, share: number): number {
-  const k = Math.ceil(share * total - 1e-9);
-  if (k <= 0) return 0;
-  return k <= sorted.length ? sorted[k - 1]! : NaN;
 }
 
 /**

@@ -114,3 +114,10 @@ export function peakInWindow(sorted: readonly number[], windowMs: number): numbe
   }
   return best;
 }
+
+/** Time (in the times' unit) at which `share` of `total` had arrived; NaN when fewer did. `sorted` ascending. */
+export function timeToShare(sorted: readonly number[], total: number, share: number): number {
+  const k = Math.ceil(share * total - 1e-9);
+  if (k <= 0) return 0;
+  return k <= sorted.length ? sorted[k - 1]! : NaN;
+}

@@ -31,7 +31,8 @@ import { machineBusySeconds } from '../lib/proc.ts';
 import { ServerProc, TARGETS } from '../lib/server.ts';
 import { promByLabel } from '../lib/series.ts';
 import { RpcChild, serveRequests } from '../lib/child-rpc.ts';
-import { bucketCounts, peakInWindow } from '../lib/drainstats.ts';
+import { bucketCounts, peakInWindow, timeToShare } from '../lib/drainstats.ts';
+import { median } from '../report/summary.ts';
 import { SOURCES } from './connect.ts';
 import { failedSample, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
 
@@ -68,14 +69,7 @@ export function variantOf(cfg: Pick<StormConfig, 'clients' | 'rate'>, mode: Stor
 
 // ---- pure analysis (unit-tested) ---------------------------------------------------
 
-/** Time (in the times' unit) at which `share` of `total` had arrived; NaN when fewer did. `sorted` ascending. */
-export function timeToShare(sorted: readonly number[], total: number, share: number): number {
-  const k = Math.ceil(share * total - 1e-9);
-  if (k <= 0) return 0;
-  return k <= sorted.length ? sorted[k - 1]! : NaN;
-}
-
-export { peakInWindow };
+export { peakInWindow, timeToShare };
 
 export interface Poll {
   /** ms after SIGTERM, when the answer came. */
@@ -104,13 +98,6 @@ export function peakPollRate(polls: readonly Poll[], minGapMs: number, key: 'acc
     if (dt >= minGapMs) best = Math.max(best, ((polls[j]![key] - polls[i]![key]) / dt) * 1000);
   }
   return best;
-}
-
-function median(xs: readonly number[]): number {
-  if (xs.length === 0) return NaN;
-  const v = [...xs].sort((a, b) => a - b);
-  const m = v.length >> 1;
-  return v.length % 2 === 1 ? v[m]! : (v[m - 1]! + v[m]!) / 2;
 }
 
 /** One bucket of the chart. */

@@ -6,6 +6,7 @@
 // reached every subscriber once. Everything it started is stopped in the end,
 // whatever happened.
 
+import { setTimeout as sleep } from 'node:timers/promises';
 import WebSocket from 'ws';
 import {
   accumulate, ackedByTopic, checkHistory, mergeDeliveryChecks, peakInWindow, peakRate, reconnectStats, sumSeries,
@@ -55,8 +56,6 @@ export function defaultConfig(clients: number): ChaosConfig {
     haproxyInter: '500ms',
   };
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** Polls `check` every `everyMs` until it is true; false after `ms`. */
 async function until(check: () => Promise<boolean> | boolean, ms: number, everyMs = 250): Promise<boolean> {

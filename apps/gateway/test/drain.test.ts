@@ -123,12 +123,17 @@ describe('drain at scale and under publishing', () => {
     assert.ok(first - signalled >= 450, `first close ${first - signalled} ms after SIGTERM`);
     const total = last - first;
     assert.ok(total >= 3600 && total <= 4400, `drained in ${total} ms, target 4000`);
-    // Closes per 100 ms bucket: target 50, within +-20% for the buckets of the steady part.
+    // Paced: every close within 200 ms (100 closes at 500/s) of the straight
+    // line from the first close to the last, and no 100 ms with more than
+    // twice its 50. The coordinator closes a tick's share every 50 ms, owed by
+    // the time since its last tick, so a tick the 2-core box runs late only
+    // moves closes to the next one: per-100 ms counts then swing 25/75 with the
+    // ticks' phase (seen in CI) while the drain keeps its line.
     const buckets = new Array<number>(Math.ceil(total / 100) + 1).fill(0);
     for (const c of closes) buckets[Math.floor((c.at - first) / 100)]!++;
-    const steady = buckets.slice(1, -2);
-    const off = steady.filter((n) => n < 40 || n > 60);
-    assert.ok(off.length <= Math.floor(steady.length * 0.1), `buckets off target: ${JSON.stringify(buckets)}`);
+    const worst = Math.max(...closes.map((c, k) => Math.abs(c.at - (first + (k * total) / (closes.length - 1)))));
+    assert.ok(worst <= 200, `a close ${worst.toFixed(0)} ms off the steady line; per 100 ms: ${JSON.stringify(buckets)}`);
+    assert.ok(Math.max(...buckets) <= 100, `closes bunched: per 100 ms ${JSON.stringify(buckets)}`);
     // Retry hints: uniform over [1000, 6000]: ten bins of about 200 each (chi-square, 9 degrees of freedom, p = 0.001 at 27.9).
     const bins = new Array<number>(10).fill(0);
     for (const c of closes) {

@@ -977,13 +977,25 @@ export class SluiceClient extends Emitter<ClientEvents> {
     const inMs = reconnectDelay(this.failures, this.backoff, this.random, retryAfterMs);
     this.failures++;
     this.stateValue = 'reconnecting';
-    this.reconnectTimer = setTimeout(() => {
+    // Never sooner than `inMs` after the disconnect was told: Node fires a
+    // timer once its millisecond clock reaches the due tick, up to a
+    // millisecond of real time early, so the wait is measured on the
+    // monotonic clock and a timer that fires early is set again for the rest.
+    let due = performance.now() + inMs;
+    const fire = (): void => {
+      const left = due - performance.now();
+      if (left > 0) {
+        this.reconnectTimer = setTimeout(fire, left);
+        return;
+      }
       this.reconnectTimer = undefined;
       void this.attempt();
-    }, inMs);
+    };
+    this.reconnectTimer = setTimeout(fire, inMs);
     if (cause.wasOpen) {
       this.emit('disconnected', { code: cause.code ?? 1006, reason: cause.reason, retryAfterMs, willReconnect: true, url: this.url });
     }
+    due = performance.now() + inMs;
     if (this.stateValue !== 'reconnecting') return; // close() from a listener
     this.emit('reconnecting', { inMs, attempt: this.failures, retryAfterMs, reason: cause.reason, code: cause.code, status: cause.status });
   }

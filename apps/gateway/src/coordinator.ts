@@ -19,8 +19,17 @@ import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { Flag, SharedState } from './shared-state.ts';
 import { createRedisClient, type RedisClient } from '@sluice/redis';
 import type { ShardExit, ShardTask } from './shard.ts';
+import { probeCorkInPlace, type UwsBuild } from './uws.ts';
 
-const SHARD_FILE = new URL('./shard-entry.mjs', import.meta.url);
+/**
+ * From source (`pnpm start`, the tests) the shards run under tsx through
+ * shard-entry.mjs; from the build (`node dist/main.js`) they are plain
+ * JavaScript, with no loader in any thread.
+ */
+const FROM_SOURCE = import.meta.url.endsWith('.ts');
+const SHARD_FILE = new URL(FROM_SOURCE ? './shard-entry.mjs' : './shard.js', import.meta.url);
+/** The gateway's own version, from its package.json (one folder up from src/ and dist/ alike). */
+export const GATEWAY_VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 /** How long a shard may take to close its sockets on stop before it is cut off. */
 const STOP_TIMEOUT_MS = 10_000;
 const RESTART_DELAY_MS = 250;
@@ -78,10 +87,13 @@ export class Coordinator {
   constructor(
     private readonly config: Config,
     private readonly log: Logger,
-    private readonly opts: { testHooks: boolean; onDrainRequest?: () => void; tracer?: Tracer | null },
+    private readonly opts: { testHooks: boolean; onDrainRequest?: () => void; tracer?: Tracer | null; uws: UwsBuild },
   ) {
     this.registerMetrics();
   }
+
+  /** Whether an upgrade keeps the socket's address here: probed once per process, before the first shard starts. */
+  private corkInPlace = false;
 
   async start(): Promise<Started> {
     const cfg = this.config;
@@ -91,6 +103,16 @@ export class Coordinator {
       this.log.warn({ WS_SLOW_CLIENT_BUFFER_BYTES: cfg.slowClientBufferBytes, WS_MAX_BUFFERED_BYTES: cfg.maxBufferedBytes, used: soft.value },
         'WS_SLOW_CLIENT_BUFFER_BYTES lowered to half of WS_MAX_BUFFERED_BYTES');
     }
+    const build = this.opts.uws;
+    try {
+      this.corkInPlace = (await probeCorkInPlace(build.path)).inPlace;
+    } catch (err) {
+      // res.cork is the way that cannot abort the process; it loses
+      // `Connection: close` upgrades that waited where realloc is in place.
+      this.log.warn({ err }, 'the cork probe failed: upgrades that waited are corked with res.cork');
+    }
+    this.log.info({ uws: build.uws, npm: build.npm, node: build.node, glibc: build.glibc ?? null, binary: build.path,
+      cork: this.corkInPlace ? 'websocket' : 'res' }, `uWebSockets.js ${build.uws} loaded natively on Node ${build.node}`);
     this.pool = new Piscina<ShardTask, ShardExit>({
       filename: SHARD_FILE.href,
       minThreads: cfg.workers,
@@ -103,7 +125,7 @@ export class Coordinator {
       // upgrades left ~2.5 KiB of uncollected garbage per socket in RSS (S4);
       // with 8 MB it is gone, and S1/S3 throughput did not move (measured).
       resourceLimits: { maxYoungGenerationSizeMb: 8 },
-      execArgv: ['--import', 'tsx'],
+      execArgv: FROM_SOURCE ? ['--import', 'tsx'] : [],
     });
     // uSockets sets SO_REUSEPORT only for a non-zero port, so PORT=0 is
     // resolved here first and every shard then binds the same concrete port.
@@ -233,7 +255,7 @@ export class Coordinator {
     const listening = new Promise<number>((resolve) => (link.listening = resolve));
     const task: ShardTask = {
       shard, generation, nodeId: this.nodeId, config: this.config, shared: this.shared.buffer, control: port2, peers,
-      listenPort, testHooks: this.opts.testHooks,
+      listenPort, testHooks: this.opts.testHooks, uws: this.opts.uws.uws, corkInPlace: this.corkInPlace,
     };
     let failedEarly: (err: unknown) => void = () => {};
     const early = new Promise<never>((_, reject) => (failedEarly = reject));
@@ -405,6 +427,8 @@ export class Coordinator {
       counterFrom(r, 'sluice_redis_outages_total', 'Times the connection to Redis was lost.', undefined, () => this.redisOutages);
     }
     registerProcessMetrics(r);
+    gaugeFrom(r, 'sluice_build_info', 'Always 1: the gateway\'s version, the Node it runs on and the uWebSockets.js build it loaded, as labels.',
+      () => 1, 'max', { version: GATEWAY_VERSION, node: this.opts.uws.node, uws: this.opts.uws.uws });
     counterFrom(r, 'sluice_shard_restarts_total', 'Shard threads restarted after a crash.', undefined, () => this.restarts);
     gaugeFrom(r, 'sluice_draining', '1 while the node drains, else 0.', () => (this.draining ? 1 : 0), 'max');
     gaugeFrom(r, 'sluice_drain_elapsed_seconds', 'Seconds since the drain in progress began; 0 when none.',

@@ -8,6 +8,7 @@ import { createLogger, loadTracing, type Tracer } from '@sluice/telemetry';
 import { PROTOCOL_VERSION } from '@sluice/protocol';
 import { loadJwtKey } from './auth.ts';
 import { Coordinator } from './coordinator.ts';
+import { loadUws, NoNativeUwsError, type UwsBuild } from './uws.ts';
 
 async function main(): Promise<void> {
   let loaded;
@@ -41,6 +42,18 @@ async function main(): Promise<void> {
       `(${err instanceof Error ? err.message : String(err)}); accepts a path to an ES module file that registers an OpenTelemetry SDK\n`);
     process.exit(2);
   }
+  // The uWS build for this Node and glibc, before anything starts: where
+  // none loads natively, one message says what runs here and what to install.
+  let uws: UwsBuild;
+  try {
+    uws = loadUws().build;
+  } catch (err) {
+    if (err instanceof NoNativeUwsError) {
+      process.stderr.write(`sluice: ${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
   const log = createLogger(config.logLevel, { role: 'coordinator' });
   if (tracer !== null) log.info({ module: config.tracingModule }, 'tracing: spans go to the SDK the tracing module registered');
   for (const w of warnings) log.warn(w);
@@ -66,6 +79,7 @@ async function main(): Promise<void> {
     testHooks: process.env.SLUICE_TEST_HOOKS === '1',
     onDrainRequest: () => drain('POST /admin/drain'),
     tracer,
+    uws,
   });
   // SIGTERM is the deploy: the paced drain. SIGINT (Ctrl-C) drains too; a
   // second SIGINT stops at once.

@@ -26,7 +26,7 @@ import { REDIS_OPS, RedisBroker, RedisOp } from './redis-broker.ts';
 import type { ShardBroker } from './shard-broker.ts';
 import { type LaneData, SlowLane } from './slow-lane.ts';
 import { Flag, SharedState } from './shared-state.ts';
-import { learnUpgradeCork, loadNativeUws, upgradeCorked, type HttpRequest, type HttpResponse, type TemplatedApp, type us_listen_socket,
+import { loadUws, upgradeCorked, useUpgradeCork, type Uws, type HttpRequest, type HttpResponse, type TemplatedApp, type us_listen_socket,
   type us_socket_context_t, type WebSocket } from './uws.ts';
 
 export interface ShardTask {
@@ -44,6 +44,10 @@ export interface ShardTask {
   readonly listenPort: number;
   /** Enables the `debug.crash` frame that tests use to crash a shard on purpose. */
   readonly testHooks: boolean;
+  /** The uWS build the coordinator loaded (its upstream version): every shard loads the same. */
+  readonly uws: string;
+  /** The coordinator's cork probe: whether an upgrade keeps the socket's address (see @sluice/uws's cork.ts). */
+  readonly corkInPlace: boolean;
 }
 
 export interface ShardExit {
@@ -142,7 +146,7 @@ function hookProcess(): void {
 }
 
 class Shard {
-  private readonly uws = loadNativeUws();
+  private readonly uws: Uws;
   private readonly cfg: Config;
   private readonly shared: SharedState;
   private readonly broker: ShardBroker;
@@ -219,6 +223,7 @@ class Shard {
     private readonly tracer: Tracer | null,
   ) {
     this.cfg = task.config;
+    this.uws = loadUws(task.uws).uws;
     this.shared = new SharedState(task.shared);
     this.log = createLogger(this.cfg.logLevel, { shard: task.shard });
     const mesh = new MeshBroker(task.shard, this.cfg.workers, this.cfg, this.log);
@@ -266,8 +271,8 @@ class Shard {
       this.fail = reject;
       // Cluster mode: listen once Redis answers (or after a short wait, degraded as in an outage).
       const connected = this.broker instanceof RedisBroker ? this.broker.connected(3000) : Promise.resolve();
-      const cork = learnUpgradeCork(this.uws).then(({ inPlace }) =>
-        this.log.debug({ inPlace }, inPlace ? 'upgrades cork with the WebSocket\'s method (realloc in place)' : 'upgrades cork with res.cork'));
+      // The coordinator's probe said, once for the process, which cork this allocator needs.
+      const cork = useUpgradeCork(this.uws, this.task.corkInPlace);
       void Promise.all([connected, cork]).then(() => this.listen(reject), reject);
     });
   }
@@ -306,7 +311,7 @@ class Shard {
         // uWS's own limit, well above, stays as the last guard: it closes
         // rather than skip a socket silently.
         maxBackpressure: 2 * cfg.maxBufferedBytes + 2 * cfg.hardMaxFrameBytes,
-        closeOnBackpressureLimit: 1, // a boolean that the typings of this build declare as a number
+        closeOnBackpressureLimit: true,
         upgrade: (res, req, context) => {
           // uWS aborts the whole process when an upgrade handler throws
           // without answering: a bug here must cost one request, not the node.

@@ -13,10 +13,35 @@ describe('start', () => {
     assert.equal(r.stderr.match(/Invalid configuration/g)?.length, 1);
   });
 
-  test('refuses to run on the JavaScript fallback of uWebSockets.js', async () => {
-    const r = await runUntilExit({ UWS_USE_FALLBACK: '1' });
-    assert.notEqual(r.code, 0);
-    assert.match(r.stderr, /native binary/);
+  test('where no uWS build loads natively, the start is refused with one message naming Node, glibc and what to install', async () => {
+    // --no-addons makes every binary fail to load, on every runtime, as a
+    // missing glibc symbol does on the wrong system (Node 24 on Debian 12).
+    const r = await runUntilExit({ NODE_OPTIONS: '--no-addons' });
+    assert.equal(r.code, 1);
+    const lines = r.stderr.trim().split('\n');
+    assert.match(lines[0]!, new RegExp(`^sluice: no uWebSockets.js build loads natively on Node ${process.version.replace(/\./g, '\\.')} `));
+    assert.match(lines[0]!, /with glibc \d+\.\d+/);
+    for (const build of ['20.30.0', '20.57.0']) assert.ok(lines.some((l) => l.startsWith(`  - uWS ${build} `) && /does not load|ships no binary/.test(l)), r.stderr);
+    assert.match(r.stderr, /Node 20 on glibc 2\.27 or newer .*Node 22 or 24 on glibc 2\.38 or newer/);
+    assert.doesNotMatch(r.stderr, /\n\s+at /, 'no stack trace');
+    assert.equal(r.stdout, '', 'nothing started, nothing logged');
+  });
+
+  test('the start says which uWS build it loaded, in a log line and in sluice_build_info', async () => {
+    const gw = await startGateway();
+    const line = gw.logs.find((l) => typeof l['uws'] === 'string' && typeof l['cork'] === 'string');
+    assert.ok(line, 'a log line names the build');
+    const expected = process.versions.modules === '115' ? '20.30.0' : '20.57.0';
+    assert.equal(line['uws'], expected);
+    assert.equal(line['node'], process.version);
+    assert.equal(line['msg'], `uWebSockets.js ${expected} loaded natively on Node ${process.version}`);
+    const text = await (await fetch(gw.admin('/metrics'))).text();
+    const info = text.split('\n').filter((l) => l.startsWith('sluice_build_info{'));
+    assert.equal(info.length, 1, text);
+    assert.match(info[0]!, new RegExp(`node="${process.version.replace(/\./g, '\\.')}"`));
+    assert.match(info[0]!, new RegExp(`uws="${expected.replace(/\./g, '\\.')}"`));
+    assert.match(info[0]!, / 1$/);
+    assert.equal(await gw.stop(), 0);
   });
 
   test('an unknown WS_ variable is warned about with a suggestion, and the gateway starts', async () => {

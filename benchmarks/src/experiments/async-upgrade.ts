@@ -12,9 +12,9 @@
 //    writes, and uWS prints a warning line to stderr for every call (and, as
 //    measured here, a `Connection: close` upgrade gets its 101, then a FIN
 //    before the welcome; the server runs open but never close).
-// 3. `upgradeCorked(res, ...)` of apps/gateway/src/uws.ts (the gateway's
+// 3. `upgradeCorked(res, ...)` of packages/uws/src/cork.ts (the gateway's
 //    way): the WebSocket's native cork method called on the response, then
-//    `res.cork()` inside it (after `learnUpgradeCork`).
+//    `res.cork()` inside it (after `probeCorkInPlace` and `useUpgradeCork`).
 //
 // For each way, a one-file uWS server in a child process (this file, started
 // again with `serve <way>`), whose open handler sends a small welcome frame
@@ -35,13 +35,14 @@ import { randomBytes } from 'node:crypto';
 import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import uWS from 'uWebSockets.js';
+import { loadUws, probeCorkInPlace, type HttpResponse, type us_listen_socket, upgradeCorked, useUpgradeCork } from '@sluice/uws';
 import WebSocket from 'ws';
-import { learnUpgradeCork, upgradeCorked } from '../../../apps/gateway/src/uws.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
 import { median } from '../report/summary.ts';
 import { REPO_ROOT } from '../lib/spawn.ts';
 import { SOURCES } from '../scenarios/connect.ts';
+
+const { uws: uWS, build } = loadUws();
 
 const WAYS = {
   '1': '`res.cork(() => res.upgrade(...))`',
@@ -79,11 +80,11 @@ function serve(way: Way): void {
   process.on('disconnect', () => process.exit(0));
   const stats = { opens: 0, closes: 0, closes1006: 0, aborted: 0 };
   let seq = 0;
-  const complete: (res: uWS.HttpResponse, upgrade: () => void) => void =
+  const complete: (res: HttpResponse, upgrade: () => void) => void =
     way === '1' ? (res, upgrade) => { res.cork(upgrade); }
       : way === '2' ? (_res, upgrade) => { upgrade(); }
         : upgradeCorked;
-  let listenSocket: uWS.us_listen_socket | undefined;
+  let listenSocket: us_listen_socket | undefined;
   const app = uWS.App()
     .ws('/*', {
       compression: uWS.DISABLED,
@@ -118,7 +119,7 @@ function serve(way: Way): void {
       if (listenSocket !== undefined) uWS.us_listen_socket_close(listenSocket);
       setTimeout(() => process.exit(0), 10);
     });
-  void learnUpgradeCork(uWS).then(() => {
+  void probeCorkInPlace(build.path).then(({ inPlace }) => useUpgradeCork(uWS, inPlace)).then(() => {
     app.listen('127.0.0.1', 0, (ls) => {
       if (ls === false) throw new Error('cannot listen on 127.0.0.1');
       listenSocket = ls;

@@ -12,11 +12,13 @@
 
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import uWS from 'uWebSockets.js';
+import { loadUws, type WebSocket } from '@sluice/uws';
 import { LoadPool } from '../loadgen/pool.ts';
 import { cpuSeconds } from '../lib/proc.ts';
 import { REPO_ROOT } from '../lib/spawn.ts';
 import type { MarkResult } from '../loadgen/messages.ts';
+
+const uWS = loadUws().uws;
 
 const VARIANTS: Record<string, string> = {
   inline: 'in the handler: ws.send(reply); ws.publish(topic, event) + ws.send(event) to self (the uws peer)',
@@ -27,7 +29,7 @@ const VARIANTS: Record<string, string> = {
   'deferred-grouped-send': 'next tick, grouped by socket, one ws.cork per socket: reply and event with ws.send',
 };
 
-type Item = { ws: uWS.WebSocket<unknown>; topic: string; reply: string; event: string };
+type Item = { ws: WebSocket<unknown>; topic: string; reply: string; event: string };
 
 function serve(variant: string): void {
   const dec = new TextDecoder();
@@ -43,7 +45,7 @@ function serve(variant: string): void {
     } else if (variant === 'deferred-cork-each') {
       for (const it of items) it.ws.cork(() => { it.ws.send(it.reply); app.publish(it.topic, it.event); });
     } else {
-      const bySocket = new Map<uWS.WebSocket<unknown>, Item[]>();
+      const bySocket = new Map<WebSocket<unknown>, Item[]>();
       for (const it of items) {
         const list = bySocket.get(it.ws);
         if (list === undefined) bySocket.set(it.ws, [it]); else list.push(it);

@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 /**
  * `pnpm start`: parses the environment once, then runs the coordinator in
  * the foreground until SIGTERM or SIGINT.

@@ -1,6 +1,7 @@
 /**
  * Test harness: starts the real gateway (`node --import tsx src/main.ts`, the
- * same entry `pnpm start` runs) on free ports, and a small client on `ws`.
+ * same entry `pnpm start` runs, or the build, `node dist/main.js`) on free
+ * ports, and a small client on `ws`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -25,8 +26,18 @@ export interface Gateway {
 
 export const running = new Set<Gateway>();
 
-export async function startGateway(env: Record<string, string> = {}): Promise<Gateway> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+/** How a test starts the gateway: from source under tsx (what `pnpm start` runs), or the build (`node dist/main.js`, after `pnpm build`). */
+export interface StartOptions {
+  readonly built?: boolean;
+}
+
+/** The gateway's command line, from source or from the build. */
+export function gatewayArgs(opts: StartOptions = {}): string[] {
+  return opts.built === true ? ['dist/main.js'] : ['--import', 'tsx', 'src/main.ts'];
+}
+
+export async function startGateway(env: Record<string, string> = {}, opts: StartOptions = {}): Promise<Gateway> {
+  const proc = spawn(process.execPath, gatewayArgs(opts), {
     cwd: GATEWAY_DIR,
     // Every test client comes from 127.0.0.1 as one tenant: the per-IP and
     // per-tenant windows are opened wide unless a test sets them.

@@ -9,6 +9,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { REPO_ROOT, shellWithFileLimit } from '../src/lib/spawn.ts';
+import { requireSystemDep, systemDepError } from '../../tools/system-deps.mjs';
 
 export const DEPLOY_CFG = join(REPO_ROOT, 'deploy/haproxy/haproxy.cfg');
 
@@ -102,17 +103,17 @@ export class Haproxy {
   /** `haproxy -c`: throws with its output when the configuration does not check. */
   static check(cfgPath: string): Promise<void> {
     return new Promise((resolve, reject) => {
-      const p = spawn('haproxy', ['-c', '-q', '-f', cfgPath], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const p = spawn(requireSystemDep('haproxy'), ['-c', '-q', '-f', cfgPath], { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       p.stdout.on('data', (c: Buffer) => (out += c.toString()));
       p.stderr.on('data', (c: Buffer) => (out += c.toString()));
-      p.on('error', reject);
+      p.on('error', (e) => reject(systemDepError('haproxy', e)));
       p.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`haproxy -c failed (${code}): ${out}`))));
     });
   }
 
   async start(timeoutMs = 10_000): Promise<void> {
-    const p = spawn('/bin/sh', shellWithFileLimit(['haproxy', '-db', '-f', this.cfgPath]), { stdio: ['ignore', 'ignore', 'pipe'] });
+    const p = spawn('/bin/sh', shellWithFileLimit([requireSystemDep('haproxy'), '-db', '-f', this.cfgPath]), { stdio: ['ignore', 'ignore', 'pipe'] });
     this.proc = p;
     this.exited = new Promise((r) => p.once('exit', () => r()));
     p.stderr!.setEncoding('utf8');

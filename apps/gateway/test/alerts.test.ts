@@ -14,6 +14,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { type RedisServer, startRedis } from '@sluice/redis/testing';
+import { requireSystemDep, systemDepError } from '../../../tools/system-deps.mjs';
 import { Client, eventually, type Gateway, startGateway } from './harness.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
@@ -25,12 +26,13 @@ const read = (path: string): string => readFileSync(`${ROOT}/${path}`, 'utf8');
 
 /** Runs promtool from the repository root; resolves with its exit code and output (it does not throw on a failure). */
 async function promtool(...args: string[]): Promise<{ code: number; out: string }> {
+  const bin = requireSystemDep('promtool');
   try {
-    const { stdout, stderr } = await promisify(execFile)('promtool', args, { cwd: ROOT });
+    const { stdout, stderr } = await promisify(execFile)(bin, args, { cwd: ROOT });
     return { code: 0, out: stdout + stderr };
   } catch (e) {
     const err = e as { code?: number | string; stdout?: string; stderr?: string };
-    if (err.code === 'ENOENT') throw new Error('promtool is not on PATH: install Debian\'s prometheus package', { cause: e });
+    if (err.code === 'ENOENT') throw systemDepError('promtool', e);
     return { code: typeof err.code === 'number' ? err.code : -1, out: `${err.stdout ?? ''}${err.stderr ?? ''}` };
   }
 }

@@ -7,22 +7,22 @@
  * handshake that happened to about one upgrade in 800; a request saying
  * `Connection: close` hit it every time, so that is what these tests send. The socket must stay open and answer.
  */
-import { existsSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SignJWT } from 'jose';
+import { findSystemDep, missingSystemDep } from '../../../tools/system-deps.mjs';
 import { type Gateway, metricValue, running, startGateway } from './harness.ts';
 import { Op, RawWs } from './raw-ws.ts';
 
 const SECRET = 'async-upgrade-test-secret-0123456789abcdef';
-/** Debian's libjemalloc2 (`.ci/run` installs it). */
-const JEMALLOC = ['/usr/lib/x86_64-linux-gnu/libjemalloc.so.2', '/usr/lib/aarch64-linux-gnu/libjemalloc.so.2'].find((p) => existsSync(p));
+/** Debian's libjemalloc2 (`npm test` installs it; tools/system-deps.mjs). */
+const JEMALLOC = findSystemDep('libjemalloc.so.2');
 let gw: Gateway;
 let jwtGw: Gateway;
 let jemallocGw: Gateway;
 
 before(async () => {
-  assert.ok(JEMALLOC !== undefined, 'libjemalloc.so.2 not found: apt-get install libjemalloc2');
+  if (JEMALLOC === undefined) throw missingSystemDep('libjemalloc.so.2');
   [gw, jwtGw, jemallocGw] = await Promise.all([
     startGateway({ LOG_LEVEL: 'debug' }),
     startGateway({ WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET }),

@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { SignJWT } from 'jose';
 import WebSocket from 'ws';
+import { requireSystemDep, systemDepError } from '../../../tools/system-deps.mjs';
 import { Client, type Gateway, rawUpgrade, startGateway } from './harness.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
@@ -58,7 +59,7 @@ async function startPrometheus(scrapeTargets: string[]): Promise<Prometheus> {
     '',
   ].join('\n');
   writeFileSync(join(dir, 'prometheus.yml'), config);
-  const proc: ChildProcess = spawn('prometheus', [`--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`,
+  const proc: ChildProcess = spawn(requireSystemDep('prometheus'), [`--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`,
     '--web.listen-address=127.0.0.1:0', '--log.level=info'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   let exitedWith: string | undefined;
@@ -69,7 +70,7 @@ async function startPrometheus(scrapeTargets: string[]): Promise<Prometheus> {
     });
   });
   const port = await new Promise<number>((resolve, reject) => {
-    proc.once('error', (e) => reject(new Error(`could not run prometheus (Debian's prometheus package): ${e.message}`)));
+    proc.once('error', (e) => reject(systemDepError('prometheus', e)));
     proc.stderr!.on('data', (c: Buffer) => {
       log += c.toString();
       const m = /msg="Listening on" address=127\.0\.0\.1:(\d+)/.exec(log);
@@ -118,6 +119,7 @@ let a: Gateway;
 let b: Gateway;
 
 before(async () => {
+  requireSystemDep('prometheus'); // before the gateways: a missing binary fails at once, naming its package
   [a, b] = await Promise.all([
     startGateway({
       WS_MAX_FRAME_BYTES: '1024', WS_HARD_MAX_FRAME_BYTES: '4096', WS_MAX_MESSAGES: '12', WS_RATE_WINDOW_MS: '60000',

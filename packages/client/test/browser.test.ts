@@ -9,14 +9,13 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { SignJWT } from 'jose';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
+import { requireSystemDep } from '../../../tools/system-deps.mjs';
 import type { RunConfig, RunResult } from './browser/entry.ts';
 import { type Bundle, bundleForBrowser, type PageServer, servePage } from './browser/serve.ts';
 import { type Gateway, history, metricValue, startGateway } from './helpers.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
 const SECRET = 'browser-test-secret-0123456789-abcdefghij';
 const TIMEOUT = { timeout: 60_000 };
 
@@ -65,19 +64,18 @@ function sign(claims: Record<string, unknown>, secret = SECRET): Promise<string>
 
 const accepted = (gw: Gateway): Promise<number> => metricValue(gw, 'sluice_upgrades_total', '{outcome="accepted"}');
 
-const MISSING = `${CHROMIUM} is missing: this test needs Debian's chromium package (apt-get install -y chromium; .ci/run installs it)`;
-
 // A test of its own, so that a missing browser is counted as a failure, not only as cancelled tests below.
-test(`Debian's chromium is installed at ${CHROMIUM}`, () => {
-  assert.ok(existsSync(CHROMIUM), MISSING);
+// Debian's chromium at /usr/bin/chromium (tools/system-deps.mjs; SLUICE_DEP_CHROMIUM overrides the path).
+test('Debian\'s chromium is installed', () => {
+  requireSystemDep('chromium');
 });
 
 describe('the SDK in headless Chromium', TIMEOUT, () => {
   before(async () => {
-    assert.ok(existsSync(CHROMIUM), MISSING);
+    const executablePath = requireSystemDep('chromium');
     bundle = await bundleForBrowser();
     server = await servePage(bundle);
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--headless=new'], timeout: 30_000 });
+    browser = await chromium.launch({ executablePath, args: ['--no-sandbox', '--headless=new'], timeout: 30_000 });
   });
   after(async () => {
     await browser?.close();

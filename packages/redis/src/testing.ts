@@ -2,7 +2,8 @@
  * Private redis-server instances for tests and benchmarks: standalone or a
  * 3-master Cluster, on free loopback ports, in a temporary directory, with
  * persistence off. Each can be stopped and started again on the same port
- * (the fault tests). Needs Debian's `redis-server` and `redis-cli` on PATH.
+ * (the fault tests). Needs Debian's `redis-server` and `redis-cli` on PATH:
+ * without them each start fails at once naming the package (tools/system-deps.mjs).
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -10,8 +11,20 @@ import { createServer, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+// A relative import of the repository's tools (not a package dependency): the
+// one table of system binaries that tools/test.mjs installs from.
+import { requireSystemDep, systemDepError } from '../../../tools/system-deps.mjs';
 
 const run = promisify(execFile);
+/** redis-cli with `args`; a missing redis-cli rejects naming its package. */
+async function redisCli(args: string[]): Promise<{ stdout: string; stderr: string }> {
+  const bin = requireSystemDep('redis-cli');
+  try {
+    return await run(bin, args);
+  } catch (e) {
+    throw systemDepError('redis-cli', e);
+  }
+}
 
 export interface RedisServer {
   readonly port: number;
@@ -44,9 +57,11 @@ export async function freePort(): Promise<number> {
   });
 }
 
-async function waitForPort(port: number, ms: number): Promise<void> {
+/** Waits for a listener on `port`; `spawnError` ends the wait at once (a binary that could not be run). */
+async function waitForPort(port: number, ms: number, spawnError: () => unknown = () => undefined): Promise<void> {
   const deadline = Date.now() + ms;
   for (;;) {
+    if (spawnError() !== undefined) throw spawnError();
     const ok = await new Promise<boolean>((resolve) => {
       const s = connect(port, '127.0.0.1');
       s.once('connect', () => {
@@ -62,6 +77,7 @@ async function waitForPort(port: number, ms: number): Promise<void> {
 }
 
 export async function startRedis(opts: { cluster?: boolean; port?: number; persist?: boolean } = {}): Promise<RedisServer> {
+  const redisServer = requireSystemDep('redis-server');
   const port = opts.port ?? (await freePort());
   const dir = mkdtempSync(join(tmpdir(), `sluice-redis-${port}-`));
   let proc: ChildProcess | undefined;
@@ -74,10 +90,13 @@ export async function startRedis(opts: { cluster?: boolean; port?: number; persi
     port,
     url: `redis://127.0.0.1:${port}`,
     async start() {
-      proc = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'inherit'] });
+      proc = spawn(redisServer, args, { stdio: ['ignore', 'ignore', 'inherit'] });
       const p = proc;
       exited = new Promise((resolve) => p.once('exit', () => resolve()));
-      await waitForPort(port, 5000);
+      // A spawn that fails (ENOENT) rejects at once rather than after the wait for the port.
+      let spawnError: unknown;
+      p.once('error', (e) => (spawnError = systemDepError('redis-server', e)));
+      await waitForPort(port, 5000, () => spawnError);
     },
     async stop() {
       if (proc === undefined || proc.exitCode !== null || proc.signalCode !== null) return;
@@ -85,7 +104,7 @@ export async function startRedis(opts: { cluster?: boolean; port?: number; persi
       await exited;
     },
     async cli(...cmd: string[]) {
-      const { stdout } = await run('redis-cli', ['-p', String(port), ...cmd]);
+      const { stdout } = await redisCli(['-p', String(port), ...cmd]);
       return stdout;
     },
   };
@@ -101,8 +120,9 @@ export async function startRedis(opts: { cluster?: boolean; port?: number; persi
 
 /** Three masters, no replicas, slots spread by `redis-cli --cluster create`. */
 export async function startRedisCluster(): Promise<RedisCluster> {
+  requireSystemDep('redis-cli');
   const nodes = [await startRedis({ cluster: true }), await startRedis({ cluster: true }), await startRedis({ cluster: true })];
-  await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes']);
+  await redisCli(['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes']);
   // Wait until every node agrees the cluster is up.
   const deadline = Date.now() + 10_000;
   for (const n of nodes) {

@@ -37,6 +37,16 @@ function run(argv, opts = {}) {
   return r.status ?? 1;
 }
 
+/** Runs `argv` with its stdout held back (dpkg's progress), shown only when it fails; returns its exit code. */
+function quiet(argv) {
+  const r = spawnSync(argv[0], argv.slice(1), { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env, maxBuffer: 256 * 1024 * 1024 });
+  if (r.status !== 0) {
+    process.stdout.write(r.stdout?.toString().split('\n').slice(-60).join('\n') ?? '');
+    console.error(`!! ${argv.join(' ')}: ${r.error?.message ?? (r.signal !== null ? `killed by ${r.signal}` : `exit ${r.status}`)}`);
+  }
+  return r.status ?? 1;
+}
+
 /** Runs `argv` quietly; its stdout, or undefined when it failed. */
 function output(argv, opts = {}) {
   const r = spawnSync(argv[0], argv.slice(1), { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], env, timeout: 30_000, ...opts });
@@ -84,7 +94,8 @@ function systemPackages() {
     let failed = why;
     if (prefix !== undefined) {
       const apt = [...prefix, 'env', 'DEBIAN_FRONTEND=noninteractive', 'apt-get'];
-      const code = run([...apt, 'update', '-qq']) || run([...apt, 'install', '-y', '-qq', '--no-install-recommends', ...pkgs]);
+      console.log(`${[...prefix, 'apt-get'].join(' ')} update && ${[...prefix, 'apt-get'].join(' ')} install -y --no-install-recommends ${pkgs.join(' ')}`);
+      const code = quiet([...apt, 'update', '-qq']) || quiet([...apt, 'install', '-y', '-qq', '--no-install-recommends', ...pkgs]);
       if (code !== 0) failed = `apt-get exited ${code}`;
       ({ missing, pkgs } = missingPackages());
       if (code === 0 && pkgs.length > 0) failed = 'apt-get installed them, but they are still not found';

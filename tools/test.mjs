@@ -12,8 +12,8 @@
 //      registry); then `pnpm install --frozen-lockfile`;
 //   3. `pnpm build`, then `pnpm exec turbo run lint typecheck`;
 //   4. `node tools/run-tests.mjs <args>` (arguments pass through:
-//      `npm test -- packages/core`), with the soft open-file limit raised to
-//      the hard one.
+//      `npm test -- packages/core`), with the soft open-file limit at the
+//      hard one.
 // Each step stops the run at its first failure, with its exit code.
 // Plain Node with no dependencies: nothing is installed when it starts.
 import { spawnSync } from 'node:child_process';
@@ -164,8 +164,9 @@ function fileLimits() {
 function runTests() {
   const argv = [process.execPath, join(root, 'tools', 'run-tests.mjs'), ...testArgs];
   const limits = fileLimits();
-  // Node cannot raise its own limit, and the load tests need many sockets: a shell raises the soft limit
-  // to the hard one, then becomes the test runner.
+  // The load tests need many sockets. Node raises its own soft limit to the hard one as it starts (so this
+  // process, run-tests.mjs and everything they spawn normally have it already: checked, `ulimit -Sn 1024`
+  // before npm test still gives 20000 here); when it did not, a shell raises it, then becomes the test runner.
   if (limits !== undefined && limits[0] !== limits[1]) {
     console.log(`open files: soft limit ${limits[0]}, raised to the hard limit ${limits[1]} for the tests`);
     return run(['/bin/sh', '-c', 'ulimit -n "$(ulimit -Hn)" 2>/dev/null || echo "could not raise ulimit -n" >&2; exec "$@"', 'sh', ...argv]);

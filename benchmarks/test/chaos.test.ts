@@ -13,6 +13,7 @@ import {
   accumulate, ackedByTopic, bucketGrowth, checkHistory, checkSubscription, emptyDeliveryCheck, mergeDeliveryChecks, peakInWindow, peakRate,
   reconnectStats, renderTable, sumSeries, timeToShare, violations, type Acked, type ScenarioResult,
 } from '../chaos/analysis.ts';
+import { requireSystemDep } from '../../tools/system-deps.mjs';
 import { DEPLOY_CFG, haproxyConfig, parseShowStat } from '../chaos/haproxy.ts';
 import { topicsOf, type Roles } from '../chaos/fleet.ts';
 import { defaultConfig } from '../chaos/scenarios.ts';
@@ -176,13 +177,13 @@ test('haproxyConfig: the deploy file with the run\'s ports, sizes, source and ch
   assert.throws(() => haproxyConfig('global\n    maxconn 5\n', lbOpts), /changed shape/);
 });
 
-test('haproxyConfig: haproxy -c accepts it (when haproxy is installed)', (t) => {
-  if (spawnSync('haproxy', ['-v']).status !== 0) { t.skip('no haproxy here'); return; }
+test('haproxyConfig: haproxy -c accepts it', () => {
+  const haproxy = requireSystemDep('haproxy');
   const dir = mkdtempSync(join(tmpdir(), 'chaos-test-'));
   try {
     const p = join(dir, 'lb.cfg');
     writeFileSync(p, haproxyConfig(readFileSync(DEPLOY_CFG, 'utf8'), { ...lbOpts, statsSocket: join(dir, 'lb.sock') }));
-    const r = spawnSync('haproxy', ['-c', '-f', p], { encoding: 'utf8' });
+    const r = spawnSync(haproxy, ['-c', '-f', p], { encoding: 'utf8' });
     assert.equal(r.status, 0, r.stdout + r.stderr);
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -9,7 +9,7 @@ import { execFile } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { Client, clientsOnShards, type Gateway, metricValue, running, startGateway } from './harness.ts';
+import { type Client, clientsOnShards, type Gateway, metricValue, running, startGateway } from './harness.ts';
 
 const GATEWAY_DIR = fileURLToPath(new URL('..', import.meta.url));
 let gw: Gateway;

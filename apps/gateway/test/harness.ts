@@ -29,6 +29,11 @@ export const running = new Set<Gateway>();
 /** How a test starts the gateway: from source under tsx (what `pnpm start` runs), or the build (`node dist/main.js`, after `pnpm build`). */
 export interface StartOptions {
   readonly built?: boolean;
+  /** Another command altogether (e.g. `npx sluice` in a project that installed the tarball), run in `cwd`. */
+  readonly command?: readonly [string, ...string[]];
+  readonly cwd?: string;
+  /** Start it in a process group of its own (a command such as npx runs the gateway as its child). */
+  readonly detached?: boolean;
 }
 
 /** The gateway's command line, from source or from the build. */
@@ -37,8 +42,10 @@ export function gatewayArgs(opts: StartOptions = {}): string[] {
 }
 
 export async function startGateway(env: Record<string, string> = {}, opts: StartOptions = {}): Promise<Gateway> {
-  const proc = spawn(process.execPath, gatewayArgs(opts), {
-    cwd: GATEWAY_DIR,
+  const [cmd, ...args] = opts.command ?? [process.execPath, ...gatewayArgs(opts)];
+  const proc = spawn(cmd, args, {
+    cwd: opts.cwd ?? GATEWAY_DIR,
+    detached: opts.detached === true,
     // Every test client comes from 127.0.0.1 as one tenant: the per-IP and
     // per-tenant windows are opened wide unless a test sets them.
     env: { ...process.env, PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: '2',
@@ -83,7 +90,11 @@ export async function startGateway(env: Record<string, string> = {}, opts: Start
     admin: (path) => `http://127.0.0.1:${adminPort}${path}`,
     async stop(signal = 'SIGTERM') {
       running.delete(gw);
-      if (exited === undefined) proc.kill(signal);
+      // A command that runs the gateway as its child (npx) is signalled as a terminal's Ctrl-C is: its whole process group.
+      if (exited === undefined) {
+        if (opts.detached === true) process.kill(-proc.pid!, signal);
+        else proc.kill(signal);
+      }
       return exit;
     },
   };

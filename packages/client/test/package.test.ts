@@ -15,7 +15,6 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -25,6 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import { type Browser, chromium } from 'playwright-core';
 import { type Gateway, startGateway } from './helpers.ts';
+import { step } from '../../../apps/gateway/test/steps.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const MISSING = `${CHROMIUM} is missing: this test needs Debian's chromium package (apt-get install -y chromium; .ci/run installs it)`;
@@ -35,55 +35,6 @@ const WS_VERSION = '8.23.0';
 const MAX_GZIP = 15 * 1024;
 /** Node 22 and later have a global WebSocket; on Node 20 the empty project also installs ws. */
 const NEEDS_WS = (globalThis as { WebSocket?: unknown }).WebSocket === undefined;
-
-interface Run {
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** The environment of a child that must not see pnpm's or this test runner's settings. */
-function cleanEnv(): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (!/^(npm_|pnpm_|NODE_OPTIONS$|NODE_PATH$|NODE_TEST_CONTEXT$|INIT_CWD$)/i.test(k)) env[k] = v;
-  }
-  return env;
-}
-
-/** Runs one step of the test; a non-zero exit or a step past `timeoutMs` fails with the step's name and output. */
-function step(name: string, cmd: string, args: string[], opts: { cwd: string; timeoutMs: number }): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const started = Date.now();
-    // Its own process group, so that a step that hangs is killed with its children (pnpm runs node, npm runs node).
-    const child = spawn(cmd, args, { cwd: opts.cwd, env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    const tail = (): string => `\n--- stdout\n${stdout.slice(-3000)}\n--- stderr\n${stderr.slice(-3000)}`;
-    const timer = setTimeout(() => {
-      try {
-        process.kill(-child.pid!, 'SIGKILL');
-      } catch {
-        child.kill('SIGKILL');
-      }
-      reject(new Error(`step "${name}" (${cmd} ${args.join(' ')}) took longer than ${opts.timeoutMs} ms and was killed${tail()}`));
-    }, opts.timeoutMs);
-    child.on('error', (err) => {
-      clearTimeout(timer);
-      reject(new Error(`step "${name}" could not start ${cmd}: ${err.message}`));
-    });
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      if (code === 0) {
-        console.log(`${name}: ${Date.now() - started} ms`);
-        resolve({ stdout, stderr });
-      } else {
-        reject(new Error(`step "${name}" (${cmd} ${args.join(' ')}) exited with ${code ?? signal}${tail()}`));
-      }
-    });
-  });
-}
 
 /** Every file below `dir`, relative to it, with forward slashes. */
 function listFiles(dir: string, base = dir): string[] {

@@ -163,6 +163,29 @@ describe('HTTP', () => {
     assert.equal(await gw.stop(), 0);
   });
 
+  test('HTTP/1.0 on the public port: uWS 20.57 answers 505, uWS 20.30 leaves it unanswered; the admin port answers it on both', async () => {
+    const gw = await startGateway();
+    const uws = gw.logs.find((l) => typeof l['uws'] === 'string')?.['uws'];
+    /** The status line of the answer to `head`, or '' when none came within 1 s. */
+    const statusLine = (port: number, head: string): Promise<string> => new Promise((resolve, reject) => {
+      const c = connect(port, '127.0.0.1', () => c.write(head));
+      let got = '';
+      c.on('data', (d: Buffer) => (got += d.toString('latin1')));
+      c.on('error', reject);
+      const done = (): void => {
+        c.destroy();
+        resolve(got.split('\r\n')[0] ?? '');
+      };
+      c.on('close', done);
+      setTimeout(done, 1000);
+    });
+    const http10 = 'GET /health/live HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n';
+    assert.equal(await statusLine(gw.port, http10), uws === '20.57.0' ? 'HTTP/1.1 505 HTTP Version Not Supported' : '');
+    assert.equal(await statusLine(gw.adminPort, http10), 'HTTP/1.1 200 OK');
+    assert.equal(await statusLine(gw.port, 'GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'), 'HTTP/1.1 200 OK');
+    assert.equal(await gw.stop(), 0);
+  });
+
   test('POST /v1/publish needs ADMIN_TOKEN when set, validates its body, and delivers', async () => {
     const gw = await startGateway({ ADMIN_TOKEN: 's3cret-token' });
     const sub = await Client.connect(gw.url());

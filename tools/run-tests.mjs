@@ -24,5 +24,8 @@ files.sort();
 if (selected.length === 0) { console.error('no test files found'); process.exit(1); }
 // One file at a time: the drain tests check pacing per 100 ms, and two
 // gateways plus their clients on 2 cores would measure each other.
-const res = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=1', ...selected], { cwd: root, stdio: 'inherit' });
+// TAP when the output is not a terminal, on every Node: Node 23 made spec
+// the default everywhere, and .ci/run reads the TAP summary (# pass N).
+const reporter = process.stdout.isTTY ? [] : ['--test-reporter=tap'];
+const res = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=1', ...reporter, ...selected], { cwd: root, stdio: 'inherit' });
 process.exit(res.status ?? 1);

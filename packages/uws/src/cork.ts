@@ -65,10 +65,10 @@ export const CORK_PROBE_FILE = fileURLToPath(new URL('./cork-probe.mjs', import.
  * binary and environment (an LD_PRELOAD'ed allocator included). Rejects when
  * the probe could not run at all.
  */
-export function probeCorkInPlace(binaryPath: string, opts: { probeFile?: string; timeoutMs?: number } = {}): Promise<CorkProbe> {
+export function probeCorkInPlace(binaryPath: string, opts: { probeFile?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<CorkProbe> {
   const timeoutMs = opts.timeoutMs ?? 10_000;
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [opts.probeFile ?? CORK_PROBE_FILE, binaryPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(process.execPath, [opts.probeFile ?? CORK_PROBE_FILE, binaryPath], { stdio: ['ignore', 'ignore', 'pipe'], env: opts.env ?? process.env });
     let stderr = '';
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);

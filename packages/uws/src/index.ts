@@ -152,7 +152,7 @@ export function compareVersions(a: string, b: string): number {
 const require = createRequire(import.meta.url);
 
 /** The folder a build's package is installed in. */
-function packageRoot(spec: UwsBuildSpec): string {
+export function packageRoot(spec: UwsBuildSpec): string {
   let dir = dirname(require.resolve(spec.module));
   for (;;) {
     const pkg = join(dir, 'package.json');

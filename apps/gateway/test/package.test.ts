@@ -11,12 +11,12 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, type Gateway, metricValue, startGateway } from './harness.ts';
-import { cleanEnv, step } from './steps.ts';
+import { cleanEnv, emptyProject, npmInstall, step } from './steps.ts';
 
 const GATEWAY_DIR = fileURLToPath(new URL('..', import.meta.url));
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
@@ -76,15 +76,8 @@ describe('@sluice/gateway packed and installed outside the workspace', { timeout
 
     before(async () => {
       project = join(work, 'ops');
-      mkdirSync(project);
-      assert.ok(!project.startsWith(REPO), `${project} is inside the workspace`);
-      for (let d = dirname(project); ; d = dirname(d)) {
-        assert.ok(!existsSync(join(d, 'node_modules')), `${join(d, 'node_modules')} exists above the empty project`);
-        if (dirname(d) === d) break;
-      }
-      writeFileSync(join(project, 'package.json'), `${JSON.stringify({ name: 'sluice-ops', private: true }, null, 2)}\n`);
-      await step('npm install', 'npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--no-package-lock', '--loglevel=error', tarball],
-        { cwd: project, timeoutMs: 300_000 });
+      emptyProject(project, REPO, { name: 'sluice-ops' });
+      await npmInstall(project, [tarball]);
       const env = cleanEnv();
       const clean: Record<string, string> = {};
       for (const [k, v] of Object.entries(env)) if (v !== undefined) clean[k] = v;

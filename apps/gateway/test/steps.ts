@@ -4,7 +4,10 @@
  * not leak pnpm's or the test runner's settings, failing with the step's
  * name and the tail of its output.
  */
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 
 export interface Run {
   readonly stdout: string;
@@ -53,4 +56,25 @@ export function step(name: string, cmd: string, args: string[], opts: { cwd: str
       }
     });
   });
+}
+
+/**
+ * Makes `dir` an empty npm project named `name`, after checking that it is
+ * outside the workspace `repo` with no node_modules in any folder above it:
+ * there, only what npm installs into it resolves.
+ */
+export function emptyProject(dir: string, repo: string, manifest: Record<string, unknown>): void {
+  assert.ok(!dir.startsWith(repo), `${dir} is inside the workspace`);
+  mkdirSync(dir);
+  for (let d = dirname(dir); ; d = dirname(d)) {
+    assert.ok(!existsSync(join(d, 'node_modules')), `${join(d, 'node_modules')} exists above the empty project`);
+    if (dirname(d) === d) break;
+  }
+  writeFileSync(join(dir, 'package.json'), `${JSON.stringify({ private: true, ...manifest }, null, 2)}\n`);
+}
+
+/** `npm install` of `specs` into `project`, from npm's cache where it can. */
+export function npmInstall(project: string, specs: string[], timeoutMs = 300_000): Promise<Run> {
+  return step('npm install', 'npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--no-package-lock', '--loglevel=error', ...specs],
+    { cwd: project, timeoutMs });
 }

@@ -19,12 +19,12 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFile
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative, sep } from 'node:path';
+import { join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import { type Browser, chromium } from 'playwright-core';
 import { type Gateway, startGateway } from './helpers.ts';
-import { step } from '../../../apps/gateway/test/steps.ts';
+import { emptyProject, npmInstall, step } from '../../../apps/gateway/test/steps.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const MISSING = `${CHROMIUM} is missing: this test needs Debian's chromium package (apt-get install -y chromium; .ci/run installs it)`;
@@ -155,17 +155,8 @@ describe('@sluice/client packed and installed outside the workspace', { timeout:
 
     before(async () => {
       project = join(work, 'app');
-      mkdirSync(project);
-      // Outside the workspace, with no node_modules in any folder above: only what npm installs here resolves.
-      assert.ok(!project.startsWith(REPO), `${project} is inside the workspace`);
-      for (let d = dirname(project); ; d = dirname(d)) {
-        assert.ok(!existsSync(join(d, 'node_modules')), `${join(d, 'node_modules')} exists above the empty project`);
-        if (dirname(d) === d) break;
-      }
-      writeFileSync(join(project, 'package.json'), `${JSON.stringify({ name: 'sluice-client-consumer', private: true, type: 'module' }, null, 2)}\n`);
-      const specs = [tarball, ...(NEEDS_WS ? [`ws@${WS_VERSION}`] : [])];
-      await step('npm install', 'npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--no-package-lock', '--loglevel=error', ...specs],
-        { cwd: project, timeoutMs: 180_000 });
+      emptyProject(project, REPO, { name: 'sluice-client-consumer', type: 'module' });
+      await npmInstall(project, [tarball, ...(NEEDS_WS ? [`ws@${WS_VERSION}`] : [])], 180_000);
       installed = join(project, 'node_modules', '@sluice', 'client');
       for (const f of ['consumer.mjs', 'consumer-types.ts']) copyFileSync(join(FIXTURES, f), join(project, f));
       gw = await startGateway();

@@ -7,6 +7,10 @@ import { join } from 'node:path';
 import { BENCH_ROOT, REPO_ROOT, shellWithFileLimit } from './spawn.ts';
 import { cpuSeconds, rssBytes } from './proc.ts';
 import type { Proto } from './codec.ts';
+import { loadUws } from '@sluice/uws';
+
+/** The uWS build of this runtime (20.30 on Node 20, 20.57 on 22 and 24): the raw-uWS peer's and the gateway's. */
+const UWS_VERSION = loadUws().build.uws;
 
 export type TargetName = 'sluice' | 'sluice-w1' | 'sluice-traced' | 'uws' | 'ws' | 'sio';
 export const ALL_TARGETS: readonly TargetName[] = ['sluice', 'sluice-w1', 'uws', 'ws', 'sio'];
@@ -28,7 +32,7 @@ export const TARGETS: Readonly<Record<TargetName, TargetSpec>> = {
   'sluice-w1': { name: 'sluice-w1', proto: 'sluice', threads: 1, describe: 'Sluice gateway, WS_WORKERS=1 (like-for-like with the single-threaded peers)' },
   'sluice-traced': { name: 'sluice-traced', proto: 'sluice', threads: 2,
     describe: 'Sluice gateway, WS_WORKERS=2, tracing on: WS_TRACING_MODULE with an SDK that samples and records every span and drops it' },
-  uws: { name: 'uws', proto: 'sluice', threads: 1, describe: 'raw uWebSockets.js 20.30 (native binary), one thread, uWS topics' },
+  uws: { name: 'uws', proto: 'sluice', threads: 1, describe: `raw uWebSockets.js ${UWS_VERSION} (native binary, the build the gateway loads on Node ${process.versions.node}), one thread, uWS topics` },
   ws: { name: 'ws', proto: 'sluice', threads: 1, describe: 'ws 8.23 (with bufferutil), one thread, Map<topic, Set<socket>> loop' },
   sio: { name: 'sio', proto: 'sio', threads: 1, describe: 'Socket.IO 4.8, one thread, websocket transport only, rooms + acks' },
 };

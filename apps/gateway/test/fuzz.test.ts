@@ -17,7 +17,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
-import { Client, clientsOnShards, eventually, type Frame, type Gateway, metricValue, running, startGateway } from './harness.ts';
+import { Client, clientsOnShards, eventually, type Frame, type Gateway, httpIdleBoundMs, metricValue, running, startGateway } from './harness.ts';
 import { acceptFor, closePayload, encodeFrame, type FrameSpec, Op, RawWs } from './raw-ws.ts';
 
 const ENV = {
@@ -51,8 +51,8 @@ const WB_TOPIC = 'wb:seq';
 const WB_EVENTS = 200;
 /** Pace of the well-behaved publisher: 10 frames a second, half its WS_MAX_MESSAGES. */
 const WB_INTERVAL_MS = 100;
-/** A non-upgraded connection the server leaves waiting must be gone by then (uWS: 10 s HTTP idle timeout, 4 s ticks). */
-const HTTP_IDLE_BOUND_MS = 16_000;
+/** A non-upgraded connection the server leaves waiting must be gone by then (the build's HTTP idle timeout, 4 s ticks): set at start. */
+let HTTP_IDLE_BOUND_MS = 0;
 /**
  * Bound on the gateway's RSS growth over the whole fuzz (about 250 MiB sent in
  * some 13,000 frames and 1,000 connections). RSS does not measure live data:
@@ -159,6 +159,7 @@ async function publishPaced(): Promise<{ ids: string[] }> {
 
 before(async () => {
   gw = await startGateway(ENV);
+  HTTP_IDLE_BOUND_MS = httpIdleBoundMs(gw);
   [sub, pub] = (await clientsOnShards(gw.url(), [0, 1])) as [Client, Client];
   assert.equal((await sub.request({ type: 'join', topic: WB_TOPIC })).status, 'ok');
   holders = await clientsOnShards(gw.url(), [0, 1]);

@@ -8,6 +8,7 @@ import { once } from 'node:events';
 import { request as httpRequest } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
+import { UWS_BUILDS } from '@sluice/uws';
 
 const GATEWAY_DIR = fileURLToPath(new URL('..', import.meta.url));
 
@@ -287,4 +288,17 @@ export function rawUpgrade(port: number, opts: { path?: string; headers?: Record
     req.on('error', reject);
     req.end();
   });
+}
+
+/**
+ * How long uWS leaves a connection whose request never completes, in the
+ * build this gateway loaded (its start line names it): the build's fixed
+ * HTTP idle timeout, up to one 4 s check late, and 2 s for a loaded box.
+ * 16 s on 20.30 (Node 20), 36 s on 20.57 (Node 22 and 24).
+ */
+export function httpIdleBoundMs(gw: Gateway): number {
+  const uws = gw.logs.find((l) => typeof l['uws'] === 'string' && typeof l['cork'] === 'string')?.['uws'];
+  const build = UWS_BUILDS.find((b) => b.uws === uws);
+  if (build === undefined) throw new Error(`the gateway's start line names no known uWS build (${String(uws)})`);
+  return (build.httpIdleTimeoutS + 4 + 2) * 1000;
 }

@@ -3,23 +3,24 @@
  * (one header line a second, or one byte a second) and never finish it, and
  * connections that send nothing at all.
  *
- * This uWS build (v20.30 unofficial) has a fixed HTTP idle timeout of 10 s
- * (HTTP_IDLE_TIMEOUT_S) checked on a 4 s timer, and bytes trickled in do not
- * extend it: every such connection must be closed by the server within 16 s
- * of its opening. Meanwhile the gateway must keep serving: a normal client
- * connects, joins, publishes, gets its ack and its event, and readiness
- * answers 200.
+ * uWS has a fixed HTTP idle timeout (HTTP_IDLE_TIMEOUT_S: 10 s in 20.30,
+ * the Node 20 build; 30 s in 20.57, the Node 22/24 build) checked on a 4 s
+ * timer, and bytes trickled in do not extend it: every such connection must
+ * be closed by the server within that bound of its opening (16 s, 36 s:
+ * `httpIdleBoundMs`). Meanwhile the gateway must keep serving: a normal
+ * client connects, joins, publishes, gets its ack and its event, and
+ * readiness answers 200.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, eventually, type Gateway, metricValue, running, startGateway } from './harness.ts';
+import { Client, eventually, type Gateway, httpIdleBoundMs, metricValue, running, startGateway } from './harness.ts';
 import { RawWs, upgradeRequest } from './raw-ws.ts';
 
 const LINE_TRICKLERS = 120;
 const BYTE_TRICKLERS = 40;
 const SILENT = 40;
-/** 10 s idle timeout, up to one 4 s tick late, and 2 s for a loaded box. */
-const CLOSE_BOUND_MS = 16_000;
+/** The build's idle timeout, up to one 4 s tick late, and 2 s for a loaded box: set once the gateway runs. */
+let CLOSE_BOUND_MS = 0;
 const TRICKLE_INTERVAL_MS = 1000;
 /** Pause between two rounds of the normal client. */
 const ROUND_GAP_MS = 250;
@@ -46,6 +47,7 @@ before(async () => {
     // (PROTOCOL.md, default 60 a minute) must not refuse it.
     WS_IP_CONNECT_LIMIT: '100000',
   });
+  CLOSE_BOUND_MS = httpIdleBoundMs(gw);
 });
 
 after(async () => {
@@ -82,7 +84,7 @@ async function serveOnce(round: number): Promise<void> {
   assert.equal((await fetch(gw.admin('/health/ready'))).status, 200);
 }
 
-test('slow and silent handshakes are each closed by the server within 16 s, and the gateway serves meanwhile', async (t) => {
+test('slow and silent handshakes are each closed by the server within the build\'s HTTP idle bound, and the gateway serves meanwhile', async (t) => {
   const kinds: Slow['kind'][] = [
     ...Array<Slow['kind']>(LINE_TRICKLERS).fill('line'),
     ...Array<Slow['kind']>(BYTE_TRICKLERS).fill('byte'),

@@ -39,6 +39,14 @@ export interface UwsBuildSpec {
   readonly glibc: string;
   /** Where the binary for a platform, architecture and ABI is, inside the package. */
   readonly binary: (platform: string, arch: string, abi: string) => string;
+  /**
+   * uWS's HTTP idle timeout, fixed at build time, in seconds: a connection
+   * whose request is not complete by then is closed (bytes trickled in do
+   * not extend it), checked on a 4 s timer. Measured: every silent,
+   * byte-trickling and line-trickling handshake closed after 12 s on 20.30
+   * and after 32 s on 20.57 (apps/gateway/test/slow-loris.test.ts).
+   */
+  readonly httpIdleTimeoutS: number;
 }
 
 /** In the order they are tried: the first that loads natively is used. */
@@ -50,6 +58,7 @@ export const UWS_BUILDS: readonly UwsBuildSpec[] = [
     abis: { 93: 16, 108: 18, 115: 20 },
     glibc: '2.27',
     binary: (platform, arch, abi) => `binaries/uws_${platform}_${arch}_${abi}.node`,
+    httpIdleTimeoutS: 10,
   },
   {
     uws: '20.57.0',
@@ -58,6 +67,7 @@ export const UWS_BUILDS: readonly UwsBuildSpec[] = [
     abis: { 115: 20, 127: 22, 137: 24, 141: 25 },
     glibc: '2.38',
     binary: (platform, arch, abi) => `uws_${platform}_${arch}_${abi}.node`,
+    httpIdleTimeoutS: 30,
   },
 ];
 

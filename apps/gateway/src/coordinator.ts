@@ -19,7 +19,7 @@ import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { Flag, SharedState } from './shared-state.ts';
 import { createRedisClient, type RedisClient } from '@sluice/redis';
 import type { ShardExit, ShardTask } from './shard.ts';
-import { probeCorkInPlace, type UwsBuild } from './uws.ts';
+import { probeCorkInPlace, type UwsBuild } from '@sluice/uws';
 
 /**
  * From source (`pnpm start`, the tests) the shards run under tsx through

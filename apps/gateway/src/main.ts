@@ -9,7 +9,7 @@ import { createLogger, loadTracing, type Tracer } from '@sluice/telemetry';
 import { PROTOCOL_VERSION } from '@sluice/protocol';
 import { loadJwtKey } from './auth.ts';
 import { Coordinator } from './coordinator.ts';
-import { loadUws, NoNativeUwsError, type UwsBuild } from './uws.ts';
+import { loadUws, NoNativeUwsError, type UwsBuild } from '@sluice/uws';
 
 async function main(): Promise<void> {
   let loaded;

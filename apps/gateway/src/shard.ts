@@ -27,7 +27,7 @@ import type { ShardBroker } from './shard-broker.ts';
 import { type LaneData, SlowLane } from './slow-lane.ts';
 import { Flag, SharedState } from './shared-state.ts';
 import { loadUws, upgradeCorked, useUpgradeCork, type Uws, type HttpRequest, type HttpResponse, type TemplatedApp, type us_listen_socket,
-  type us_socket_context_t, type WebSocket } from './uws.ts';
+  type us_socket_context_t, type WebSocket } from '@sluice/uws';
 
 export interface ShardTask {
   readonly shard: number;

@@ -1,7 +1,7 @@
 import type { CongestionState, Delivery, MailItem, OutboundLimits } from '@sluice/core';
 import { decideOutbound, Mailbox, onDrained } from '@sluice/core';
 import type { CloseReason } from '@sluice/protocol';
-import type { WebSocket } from './uws.ts';
+import type { WebSocket } from '@sluice/uws';
 
 /** What the slow lane needs of a socket's user data. */
 export interface LaneData extends CongestionState {

@@ -1,11 +1,13 @@
 /**
  * Upgrades that wait: every upgrade here waits for the IP window (and, with
  * WS_AUTH=jwt, for the token) before it completes, outside uWS's own
- * handler. In uWS 20.30 the corked form of such an upgrade could shut the
- * new socket down right after its open: the client got the 101 and the
- * welcome, then a FIN (see `upgradeCorked` in src/uws.ts). With a normal
- * handshake that happened to about one upgrade in 800; a request saying
- * `Connection: close` hit it every time, so that is what these tests send. The socket must stay open and answer.
+ * handler. In both uWS builds (20.30 and 20.57) the corked form of such an
+ * upgrade can shut the new socket down right after its open: the client gets
+ * the 101 and the welcome, then a FIN (see `upgradeCorked` in
+ * packages/uws/src/cork.ts). With a normal handshake that happened to about
+ * one upgrade in 800 on 20.30; a request saying `Connection: close` hits it
+ * every time, so that is what these tests send. The socket must stay open
+ * and answer.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -139,11 +139,13 @@ export function noNativeUwsMessage(rt: Runtime, attempts: readonly Attempt[]): s
   return lines.join('\n');
 }
 
+/** What would work here, from the builds' own ABIs and glibc floors. */
 function advice(rt: Runtime): string {
-  const supported = UWS_BUILDS.some((b) => b.abis[rt.abi] !== undefined);
-  if (!supported) return `Install Node 20, 22 or 24 (this is Node ${rt.node}). `;
-  if (rt.glibc !== undefined && compareVersions(rt.glibc, '2.38') < 0 && rt.abi !== '115') {
-    return `With glibc ${rt.glibc}, install Node 20 (20.19 or newer), or move to a system with glibc 2.38 or newer. `;
+  const forThisNode = UWS_BUILDS.filter((b) => b.abis[rt.abi] !== undefined);
+  if (forThisNode.length === 0) return `Install Node 20, 22 or 24 (this is Node ${rt.node}). `;
+  const glibc = rt.glibc;
+  if (glibc !== undefined && forThisNode.every((b) => compareVersions(glibc, b.glibc) < 0)) {
+    return `With glibc ${glibc}, install Node 20 (20.19 or newer), or move to a system with glibc ${forThisNode[0]!.glibc} or newer. `;
   }
   return '';
 }
@@ -183,8 +185,7 @@ export function loadUws(only?: string): Loaded {
   const attempts: Attempt[] = [];
   for (const build of UWS_BUILDS) {
     if (only !== undefined && build.uws !== only) continue;
-    const major = build.abis[rt.abi];
-    if (major === undefined) {
+    if (build.abis[rt.abi] === undefined) {
       attempts.push({ build, reason: `ships no binary for this Node (ABI ${rt.abi}; it has Node ${[...new Set(Object.values(build.abis))].join(', ')})` });
       continue;
     }

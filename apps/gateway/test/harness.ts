@@ -35,6 +35,8 @@ export interface StartOptions {
   readonly cwd?: string;
   /** Start it in a process group of its own (a command such as npx runs the gateway as its child). */
   readonly detached?: boolean;
+  /** The environment the test's variables are laid over: this process's unless given (the npx test gives one without npm's and pnpm's). */
+  readonly baseEnv?: NodeJS.ProcessEnv;
 }
 
 /** The gateway's command line, from source or from the build. */
@@ -49,7 +51,7 @@ export async function startGateway(env: Record<string, string> = {}, opts: Start
     detached: opts.detached === true,
     // Every test client comes from 127.0.0.1 as one tenant: the per-IP and
     // per-tenant windows are opened wide unless a test sets them.
-    env: { ...process.env, PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: '2',
+    env: { ...(opts.baseEnv ?? process.env), PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: '2',
       LOG_LEVEL: 'info', WS_DRAIN_DELAY_MS: '0', WS_IP_CONNECT_LIMIT: '1000000', WS_TENANT_MSG_LIMIT: '100000000', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -78,10 +78,8 @@ describe('@sluice/gateway packed and installed outside the workspace', { timeout
       project = join(work, 'ops');
       emptyProject(project, REPO, { name: 'sluice-ops' });
       await npmInstall(project, [tarball]);
-      const env = cleanEnv();
-      const clean: Record<string, string> = {};
-      for (const [k, v] of Object.entries(env)) if (v !== undefined) clean[k] = v;
-      gw = await startGateway({ ...clean }, { command: ['npx', '--no-install', 'sluice'], cwd: project, detached: true });
+      // As an operator's shell runs it: without the npm, pnpm and test-runner variables this test runs under.
+      gw = await startGateway({}, { command: ['npx', '--no-install', 'sluice'], cwd: project, detached: true, baseEnv: cleanEnv() });
     });
     after(async () => {
       if (gw !== undefined && gw.proc.exitCode === null) await gw.stop('SIGKILL');

@@ -24,11 +24,11 @@ export function cleanEnv(): NodeJS.ProcessEnv {
 }
 
 /** Runs one step; a non-zero exit or a step past `timeoutMs` fails with the step's name and output. */
-export function step(name: string, cmd: string, args: string[], opts: { cwd: string; timeoutMs: number; env?: NodeJS.ProcessEnv }): Promise<Run> {
+export function step(name: string, cmd: string, args: string[], opts: { cwd: string; timeoutMs: number }): Promise<Run> {
   return new Promise((resolve, reject) => {
     const started = Date.now();
     // Its own process group, so that a step that hangs is killed with its children (pnpm runs node, npm runs node).
-    const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env ?? cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const child = spawn(cmd, args, { cwd: opts.cwd, env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));

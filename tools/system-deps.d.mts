@@ -33,3 +33,5 @@ export function requireSystemDep(name: SystemDepName, env?: Env): string;
 export function systemDepError(name: SystemDepName, err: unknown): unknown;
 /** The entries that are not installed, optional ones included. */
 export function missingSystemDeps(env?: Env): SystemDep[];
+/** The absolute path of the executable `bin` in env.PATH, or undefined. */
+export function findInPath(bin: string, env?: Env): string | undefined;

@@ -67,6 +67,12 @@ function isFile(path, mode) {
   }
 }
 
+/** The absolute path of the executable `bin` in env.PATH, or undefined. */
+export function findInPath(bin, env = process.env) {
+  return (env.PATH ?? '').split(delimiter).filter((d) => d !== '' && isAbsolute(d)).map((d) => join(d, bin))
+    .find((p) => isFile(p, constants.X_OK));
+}
+
 /** Where the lookup of `dep` looks, in order, and whether what it finds must be executable. */
 function candidates(dep, env = process.env) {
   const forced = env[overrideVar(dep.name)];

@@ -12,16 +12,15 @@
 //      registry); then `pnpm install --frozen-lockfile`;
 //   3. `pnpm build`, then `pnpm exec turbo run lint typecheck`;
 //   4. `node tools/run-tests.mjs <args>` (arguments pass through:
-//      `npm test -- packages/core`), with the soft open-file limit at the
-//      hard one.
+//      `npm test -- packages/core`).
 // Each step stops the run at its first failure, with its exit code.
 // Plain Node with no dependencies: nothing is installed when it starts.
 import { spawnSync } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SYSTEM_DEPS, findSystemDep } from './system-deps.mjs';
+import { SYSTEM_DEPS, findInPath, findSystemDep, missingSystemDeps } from './system-deps.mjs';
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
 const testArgs = process.argv.slice(2);
@@ -65,15 +64,12 @@ function step(name, fn) {
   console.log(`== ${name}: ${seconds(t0)}`);
 }
 
-function inPath(bin) {
-  for (const dir of (env.PATH ?? '').split(delimiter)) if (dir !== '' && existsSync(join(dir, bin))) return join(dir, bin);
-  return undefined;
-}
+const inPath = (bin) => findInPath(bin, env);
 
 // --- 1. system packages ----------------------------------------------------------
 
 function missingPackages() {
-  const missing = SYSTEM_DEPS.filter((d) => d.optional !== true && findSystemDep(d.name, env) === undefined);
+  const missing = missingSystemDeps(env).filter((d) => d.optional !== true);
   return { missing, pkgs: [...new Set(missing.map((d) => d.pkg))] };
 }
 
@@ -151,28 +147,11 @@ function bootstrapPnpm() {
 
 // --- 4. the tests, with the hard open-file limit ---------------------------------
 
-/** [soft, hard] of RLIMIT_NOFILE, from /proc (Node has no getrlimit). */
-function fileLimits() {
-  try {
-    const m = /^Max open files\s+(\d+|unlimited)\s+(\d+|unlimited)/m.exec(readFileSync('/proc/self/limits', 'utf8'));
-    return m === null ? undefined : [m[1], m[2]];
-  } catch {
-    return undefined;
-  }
-}
-
+// The load tests need many open files: Node raises its own soft limit to the
+// hard one as it starts, so run-tests.mjs and every process it spawns have it
+// (checked: `ulimit -Sn 1024` before npm test still gives the tests 20000).
 function runTests() {
-  const argv = [process.execPath, join(root, 'tools', 'run-tests.mjs'), ...testArgs];
-  const limits = fileLimits();
-  // The load tests need many sockets. Node raises its own soft limit to the hard one as it starts (so this
-  // process, run-tests.mjs and everything they spawn normally have it already: checked, `ulimit -Sn 1024`
-  // before npm test still gives 20000 here); when it did not, a shell raises it, then becomes the test runner.
-  if (limits !== undefined && limits[0] !== limits[1]) {
-    console.log(`open files: soft limit ${limits[0]}, raised to the hard limit ${limits[1]} for the tests`);
-    return run(['/bin/sh', '-c', 'ulimit -n "$(ulimit -Hn)" 2>/dev/null || echo "could not raise ulimit -n" >&2; exec "$@"', 'sh', ...argv]);
-  }
-  if (limits !== undefined) console.log(`open files: limit ${limits[0]}`);
-  return run(argv);
+  return run([process.execPath, join(root, 'tools', 'run-tests.mjs'), ...testArgs]);
 }
 
 console.log(`== node ${process.version}, in ${root}`);

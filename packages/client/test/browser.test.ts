@@ -2,7 +2,7 @@
  * The SDK in a real browser: src/index.ts bundled for the browser by esbuild
  * (test/browser/entry.ts is the page's script), served by node:http on
  * 127.0.0.1, loaded by a page in headless Chromium (Debian's `chromium`,
- * /usr/bin/chromium, which .ci/run installs) driven by playwright-core, and
+ * /usr/bin/chromium, which `npm test` installs) driven by playwright-core, and
  * connected with the browser's own WebSocket to a real gateway.
  *
  * There is no skip: without /usr/bin/chromium every test here fails.

@@ -25,9 +25,8 @@ import { gzipSync } from 'node:zlib';
 import { type Browser, chromium } from 'playwright-core';
 import { type Gateway, startGateway } from './helpers.ts';
 import { emptyProject, npmInstall, step } from '../../../apps/gateway/test/steps.ts';
+import { requireSystemDep } from '../../../tools/system-deps.mjs';
 
-const CHROMIUM = '/usr/bin/chromium';
-const MISSING = `${CHROMIUM} is missing: this test needs Debian's chromium package (apt-get install -y chromium; .ci/run installs it)`;
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 const FIXTURES = fileURLToPath(new URL('./package/', import.meta.url));
 const TSC = join(REPO, 'node_modules', 'typescript', 'bin', 'tsc');
@@ -76,8 +75,8 @@ let manifestText: string;
 let manifest: Manifest;
 
 // A test of its own, so that a missing browser is counted as a failure at once, not as a time-out below.
-test(`Debian's chromium is installed at ${CHROMIUM}`, () => {
-  assert.ok(existsSync(CHROMIUM), MISSING);
+test('Debian\'s chromium is installed', () => {
+  requireSystemDep('chromium');
 });
 
 describe('@sluice/client packed and installed outside the workspace', { timeout: 600_000 }, () => {
@@ -226,7 +225,7 @@ describe('@sluice/client packed and installed outside the workspace', { timeout:
       const requests: string[] = [];
 
       before(async () => {
-        assert.ok(existsSync(CHROMIUM), MISSING);
+        const executablePath = requireSystemDep('chromium');
         const target = (manifest.exports['./browser'] as { default: string }).default;
         const file = join(installed, target);
         const page = readFileSync(join(FIXTURES, 'page.html'));
@@ -248,7 +247,7 @@ describe('@sluice/client packed and installed outside the workspace', { timeout:
           server!.once('error', reject);
           server!.listen(0, '127.0.0.1', () => resolve());
         });
-        browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--headless=new'], timeout: 30_000 });
+        browser = await chromium.launch({ executablePath, args: ['--no-sandbox', '--headless=new'], timeout: 30_000 });
       });
       after(async () => {
         await browser?.close();

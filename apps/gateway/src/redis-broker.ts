@@ -1,8 +1,8 @@
 import type { MessagePort } from 'node:worker_threads';
 import {
-  compareEventIds, type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, topicKey,
+  type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, topicKey,
 } from '@sluice/core';
-import { encodeEventFrame, EventClass, parseEventId } from '@sluice/protocol';
+import { compareEventIds, encodeEventFrame, EventClass, eventIdMs, parseEventId } from '@sluice/protocol';
 import { type BusMessage, createRedisClient, nodeOptions, RedisBus, type RedisClient, ShardedSubscriptions } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 import type { MeshBroker } from './mesh-broker.ts';
@@ -250,7 +250,7 @@ export class RedisBroker implements ShardBroker {
 
   private fromBus(m: BusMessage): void {
     if (!this.bus.topics.has(m.topic)) return; // unsubscribed meanwhile
-    const d: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: idMs(m.id) };
+    const d: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: eventIdMs(m.id) };
     const waiting = this.catching.get(m.topic);
     if (waiting !== undefined) waiting.push(d);
     else this.deliverInOrder(d);
@@ -303,7 +303,7 @@ export class RedisBroker implements ShardBroker {
         this.took(RedisOp.History, t0);
         if (!this.catching.has(topic)) return;
         if (!read.recovered) this.log.warn({ topic }, 'events published while redis was unreachable were trimmed before they could be delivered');
-        for (const e of read.events) this.deliverInOrder({ topic, frame: e.frame, id: e.id, cls: EventClass.Durable, key: undefined, at: idMs(e.id) });
+        for (const e of read.events) this.deliverInOrder({ topic, frame: e.frame, id: e.id, cls: EventClass.Durable, key: undefined, at: eventIdMs(e.id) });
         this.release(topic);
       },
       (err: unknown) => {
@@ -328,14 +328,3 @@ export class RedisBroker implements ShardBroker {
   }
 }
 
-/** The ms part of a stream id (`<ms>-<seq>`, Redis's clock when it stored the event), read without a substring; 0 without an id. */
-function idMs(id: string | undefined): number {
-  if (id === undefined) return 0;
-  let ms = 0;
-  for (let i = 0; i < id.length; i++) {
-    const c = id.charCodeAt(i) - 48;
-    if (c < 0 || c > 9) break;
-    ms = ms * 10 + c;
-  }
-  return ms;
-}

@@ -7,11 +7,11 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import { allows, ANONYMOUS, clientAddress, Coalescer, type Config, type Identity, type OriginRule, originAllowed,
-  parseOriginList, type Rights, type WindowState, compareEventIds, type Delivery, effectiveSlowBufferBytes, type EventId, type FixedWindowState,
+  parseOriginList, type Rights, type WindowState, type Delivery, effectiveSlowBufferBytes, type FixedWindowState,
   type HistoryRead, hitFixedWindow, jitter, type Mailbox, type MailItem, type PublishFields, type PublishResult, topicKey } from '@sluice/core';
 import {
   type CloseReason, closeSpecs, decodeClientFrame, encodeCloseReason, encodePong, encodeRejection, encodeReplyOk,
-  type ErrorReason, ErrorReasons, isStrike, type JoinFrame, type LeaveFrame, parseEventId, PEEK_REF_BYTES, peekRef,
+  compareEventIds, type ErrorReason, ErrorReasons, type EventId, isStrike, type JoinFrame, type LeaveFrame, parseEventId, PEEK_REF_BYTES, peekRef,
   PROTOCOL_VERSION, type PublishFrame, type UpgradeRefusal, welcomeFrame, welcomePrefix, EventClass,
 } from '@sluice/protocol';
 import { counterFrom, createLogger, endSpan, gaugeFrom, IndexedHistogram, type Logger, LogThrottle,

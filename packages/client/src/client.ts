@@ -6,14 +6,14 @@
  * Runs in browsers and in Node: it uses only the standard WebSocket surface
  * of an injected constructor, setTimeout/clearTimeout, and queueMicrotask.
  */
-import { decodeFrameObject, EVENT_ID_PATTERN, type Limits, PROTOCOL_VERSION, TOPIC_PATTERN } from '@sluice/protocol';
+import { compareEventIdStrings, decodeFrameObject, EVENT_ID_PATTERN, type Limits, PROTOCOL_VERSION, TOPIC_PATTERN } from '@sluice/protocol';
 import { callSafely, Emitter } from './emitter.ts';
 import { SluiceError, type SluiceErrorCode } from './errors.ts';
 import { Pacer } from './pacer.ts';
 import { afterClose, afterRefusal, type Backoff, DEFAULT_BACKOFF, type Disposition, fullJitter, reconnectDelay } from './policy.ts';
 import { type CloseEventLike, hasNodeEvents, type MessageEventLike, OPEN, type UpgradeResponseLike, type WebSocketConstructor,
   type WebSocketLike } from './socket.ts';
-import { compareEventIds, randomId, utf8Length } from './util.ts';
+import { randomId, utf8Length } from './util.ts';
 
 export type ClientState = 'idle' | 'connecting' | 'open' | 'reconnecting' | 'closed';
 
@@ -632,7 +632,7 @@ export class SluiceClient extends Emitter<ClientEvents> {
     const id = typeof f.id === 'string' ? f.id : undefined;
     if (id !== undefined) {
       // The gateway sends no duplicate across replay and live; this guards the resume position all the same.
-      if (t.lastId !== undefined && (compareEventIds(id, t.lastId) ?? 1) <= 0) return;
+      if (t.lastId !== undefined && (compareEventIdStrings(id, t.lastId) ?? 1) <= 0) return;
       t.lastId = id;
     }
     const ev: SluiceEvent = {

@@ -1,5 +1,4 @@
 /** Small helpers that work the same in browsers and Node. */
-import { parseEventId } from '@sluice/protocol';
 
 /** Byte length of `s` encoded as UTF-8 (what the server measures), without encoding it. */
 export function utf8Length(s: string): number {
@@ -16,16 +15,6 @@ export function utf8Length(s: string): number {
   return n;
 }
 
-/**
- * Orders event ids `<ms>-<seq>` of one topic as numbers (`10-0` after `9-0`).
- * An id that does not parse sorts as unknown: `undefined`.
- */
-export function compareEventIds(a: string, b: string): number | undefined {
-  const x = parseEventId(a);
-  const y = parseEventId(b);
-  if (x === undefined || y === undefined) return undefined;
-  return x.ms !== y.ms ? x.ms - y.ms : x.seq - y.seq;
-}
 
 interface CryptoLike {
   getRandomValues<T extends Uint8Array>(array: T): T;

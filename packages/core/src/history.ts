@@ -1,4 +1,4 @@
-import { compareEventIds, type EventId, formatEventId } from './event-id.ts';
+import { compareEventIds, type EventId, formatEventId } from '@sluice/protocol';
 
 export interface StoredEvent {
   readonly id: string;

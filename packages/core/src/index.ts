@@ -1,5 +1,4 @@
 export * from './config.ts';
-export * from './event-id.ts';
 export * from './fixed-window.ts';
 export * from './jitter.ts';
 export * from './history.ts';

@@ -2,8 +2,8 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { parseEventId } from '@sluice/protocol';
-import { compareEventIds, formatEventId } from '../src/event-id.ts';
-import type { EventId } from '../src/event-id.ts';
+import { compareEventIds, formatEventId } from '@sluice/protocol';
+import type { EventId } from '@sluice/protocol';
 import { MemoryHistory } from '../src/history.ts';
 import type { HistoryRead } from '../src/history.ts';
 

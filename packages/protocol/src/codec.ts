@@ -203,12 +203,6 @@ export function welcomeFrame(prefix: string, connectionId: string): string {
   return `{"type":"welcome","connectionId":"${connectionId}${prefix}`;
 }
 
-/** Parses `<ms>-<seq>`; undefined when malformed. */
-export function parseEventId(id: string): { ms: number; seq: number } | undefined {
-  const m = EVENT_ID_PATTERN.exec(id);
-  return m ? { ms: Number(m[1]), seq: Number(m[2]) } : undefined;
-}
-
 /** A retry hint as a JSON number: never NaN or Infinity, never negative. */
 export function finiteMs(ms: number): number {
   return Number.isFinite(ms) ? Math.max(0, Math.ceil(ms)) : 0;

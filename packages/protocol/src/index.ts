@@ -2,3 +2,4 @@ export * from './closes.ts';
 export * from './reasons.ts';
 export * from './frames.ts';
 export * from './codec.ts';
+export * from './event-id.ts';

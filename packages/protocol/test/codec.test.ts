@@ -2,12 +2,13 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   decodeClientFrame, encodeError, encodeEvent, encodePong, encodeRejection, encodeReplyError, encodeReplyOk,
-  parseEventId, peekRef, PEEK_REF_BYTES, welcomeFrame, welcomePrefix,
+  peekRef, PEEK_REF_BYTES, welcomeFrame, welcomePrefix,
 } from '../src/codec.ts';
 import type { DecodeResult } from '../src/codec.ts';
 import { EventClass } from '../src/frames.ts';
 import type { ClientFrame, Limits, PublishFrame } from '../src/frames.ts';
 import { ErrorReasons } from '../src/reasons.ts';
+import { parseEventId } from '../src/event-id.ts';
 
 // A small seeded PRNG (mulberry32), so the randomized loops below are reproducible.
 function prng(seed: number): () => number {

@@ -16,8 +16,8 @@
  */
 import type { Cluster, Redis } from 'ioredis';
 import { ShardedSubscriptions } from './sharded.ts';
-import { compareEventIds, type EventId, type HistoryRead, type StoredEvent } from '@sluice/core';
-import { parseEventId } from '@sluice/protocol';
+import type { HistoryRead, StoredEvent } from '@sluice/core';
+import { compareEventIds, type EventId, parseEventId } from '@sluice/protocol';
 
 export type RedisClient = Redis | Cluster;
 

@@ -1,8 +1,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { EVENT_ID_PATTERN, parseEventId } from '@sluice/protocol';
-import { compareEventIds, formatEventId, nextEventId } from '../src/event-id.ts';
+import { EVENT_ID_PATTERN, parseEventId } from '../src/index.ts';
+import { compareEventIds, compareEventIdStrings, eventIdMs, formatEventId, nextEventId } from '../src/event-id.ts';
 import type { EventId } from '../src/event-id.ts';
 
 const T0 = 1_732_900_000_000;
@@ -84,5 +84,37 @@ describe('nextEventId', () => {
         }
       },
     ));
+  });
+});
+
+describe('compareEventIdStrings', () => {
+  test('orders ids as numbers, not as text', () => {
+    assert.ok(compareEventIdStrings('10-0', '9-0')! > 0);
+    assert.ok(compareEventIdStrings('5-2', '5-10')! < 0);
+    assert.equal(compareEventIdStrings('5-2', '5-2'), 0);
+  });
+
+  test('an id that does not parse compares as unknown', () => {
+    assert.equal(compareEventIdStrings('5-2', 'x'), undefined);
+    assert.equal(compareEventIdStrings('', '1-0'), undefined);
+  });
+
+  test('property: agrees with compareEventIds on the parsed ids', () => {
+    fc.assert(fc.property(eventId, eventId, (a, b) => {
+      assert.equal(Math.sign(compareEventIdStrings(formatEventId(a), formatEventId(b))!), Math.sign(compareEventIds(a, b)));
+    }));
+  });
+});
+
+describe('eventIdMs', () => {
+  test('is the ms part, and 0 without an id', () => {
+    assert.equal(eventIdMs('1732900000123-7'), 1732900000123);
+    assert.equal(eventIdMs(undefined), 0);
+  });
+
+  test('property: equals the parsed ms', () => {
+    fc.assert(fc.property(eventId, (id) => {
+      assert.equal(eventIdMs(formatEventId(id)), id.ms);
+    }));
   });
 });

@@ -91,12 +91,28 @@ async function main(): Promise<void> {
     else drain('SIGINT');
     interrupted = true;
   });
-  coordinator.start().catch((err: unknown) => {
+  coordinator.start().then(({ port, adminPort }) => {
+    // The readiness contract for a parent that spawned the gateway with an
+    // IPC channel (a test kit, a process manager): one message, no log text
+    // to parse. The channel must not keep the process alive after a stop.
+    if (process.send !== undefined) {
+      process.send({ type: 'sluice.ready', port, adminPort, pid: process.pid } satisfies ReadyMessage);
+      process.channel?.unref();
+    }
+  }, (err: unknown) => {
     log.fatal({ err }, 'start failed');
     process.stderr.write(`sluice: start failed: ${err instanceof Error ? err.message : String(err)}\n`);
     // Shards that did start must close their sockets before the process may exit.
     void coordinator.stop('start failed').finally(() => process.exit(1));
   });
+}
+
+/** What the gateway sends its parent over an IPC channel once it accepts sockets (see docs/operations.md). */
+export interface ReadyMessage {
+  readonly type: 'sluice.ready';
+  readonly port: number;
+  readonly adminPort: number;
+  readonly pid: number;
 }
 
 void main();

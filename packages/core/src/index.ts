@@ -10,3 +10,6 @@ export * from './identity.ts';
 export * from './limits.ts';
 export * from './memory-window-store.ts';
 export * from './local-limiter.ts';
+export * from './guard.ts';
+export * from './handshake.ts';
+export * from './socket-options.ts';

@@ -22,14 +22,31 @@ export function isStrike(reason: ErrorReason): boolean {
   return reason !== 'unavailable' && reason !== 'internal' && reason !== 'tenant_rate_limited';
 }
 
-/** Upgrade refusals (plain HTTP bodies). */
-export type UpgradeRefusal =
-  | 'unavailable'
-  | 'unauthorized'
-  | 'forbidden_origin'
-  | 'ip_rate_limited'
-  | 'tenant_rate_limited'
+/**
+ * Upgrade refusals: the `reason` of the plain HTTP answer to a WebSocket
+ * upgrade that opens no socket (`{"reason":"...","retryAfterMs":N}`).
+ * Additive only, as ErrorReasons.
+ */
+export const UpgradeRefusals = [
+  /** 503: draining, or at WS_MAX_SOCKETS; with retryAfterMs and Retry-After. */
+  'unavailable',
+  /** 401: missing or invalid token. */
+  'unauthorized',
+  /** 403: Origin not in WS_ALLOWED_ORIGINS. */
+  'forbidden_origin',
+  /** 429: the per-IP connection window; with retryAfterMs and Retry-After. */
+  'ip_rate_limited',
+  /** 429: the per-tenant connection window (2026-12); with retryAfterMs and Retry-After. */
+  'tenant_rate_limited',
   /** 400/426: not a valid WebSocket handshake (missing or malformed key, version other than 13). */
-  | 'bad_request'
+  'bad_request',
   /** 431: request line and headers above WS_MAX_HEADER_BYTES. */
-  | 'headers_too_large';
+  'headers_too_large',
+  /** 500: the upgrade handler failed; the node goes on serving. */
+  'internal',
+  /** 401: the token was revoked by `POST /v1/revoke` (2026-12). */
+  'token_revoked',
+  /** 429: the user has WS_MAX_USER_SOCKETS sockets open across the cluster (2026-12). */
+  'too_many_sockets',
+] as const;
+export type UpgradeRefusal = (typeof UpgradeRefusals)[number];

@@ -8,7 +8,7 @@
  * instead (one per node, shared by its shards): limits then hold per node.
  * The switch is logged once per outage and counted.
  */
-import { type Config, LocalLimiter, type WindowHit, type WindowState, type WindowStore } from '@sluice/core';
+import { type Config, ipWindowKey, LocalLimiter, type WindowHit, type WindowState, type WindowStore } from '@sluice/core';
 import { RedisWindowStore, type RedisClient } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 
@@ -24,10 +24,8 @@ export interface LimitStats {
   fallbacks: number;
 }
 
-/** A tenant's key in the window store; IP keys are `ip:<address>`, so the two never meet. */
-export function tenantWindowKey(tenant: string): string {
-  return `t:${tenant}`;
-}
+/** The window keys live with every other key builder, in @sluice/core's keys.ts; re-exported for the shard. */
+export { tenantWindowKey } from '@sluice/core';
 
 /** How often due settles are looked for: a fraction of the limiter's gap between settles. */
 const TICK_MS = 5;
@@ -115,7 +113,7 @@ export class Limits {
    */
   connect(ip: string): Promise<number> {
     return new Promise((resolve, reject) => {
-      this.ipQueue.push({ key: `ip:${ip}`, resolve, reject });
+      this.ipQueue.push({ key: ipWindowKey(ip), resolve, reject });
       if (this.ipQueue.length === 1) setImmediate(this.flushIp);
     });
   }

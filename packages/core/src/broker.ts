@@ -1,14 +1,6 @@
 import type { EventClass, PublishFrame } from '@sluice/protocol';
 import type { HistoryRead } from './history.ts';
 
-/**
- * Inside the gateway a topic is namespaced by its tenant, so that one tenant
- * can never receive another's events. Tenant ids never contain '/'.
- */
-export function topicKey(tenant: string, topic: string): string {
-  return `${tenant}/${topic}`;
-}
-
 /** What a publish carries, as decoded from the client's frame. */
 export type PublishFields = Pick<PublishFrame, 'topic' | 'dataJson' | 'cls' | 'key' | 'idempotencyKey' | 'traceparent'>;
 

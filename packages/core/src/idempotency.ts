@@ -2,7 +2,7 @@
  * Remembers the first event id published under an idempotency key for
  * `ttlMs`. Every entry has the same TTL, so Map insertion order is expiry
  * order and a sweep only ever looks at expired entries plus one.
- * Keys are scoped by the caller (tenant first): see `idempotencyScope`.
+ * Keys are scoped by the caller (tenant first): see `idempotencyScope` (keys.ts).
  */
 export class MemoryIdempotency {
   private readonly entries = new Map<string, { readonly id: string; readonly expires: number }>();
@@ -34,9 +34,4 @@ export class MemoryIdempotency {
   get size(): number {
     return this.entries.size;
   }
-}
-
-/** Idempotency keys are per tenant: two tenants may use the same key. */
-export function idempotencyScope(tenant: string, key: string): string {
-  return `${tenant}\u0000${key}`;
 }

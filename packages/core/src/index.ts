@@ -4,6 +4,7 @@ export * from './jitter.ts';
 export * from './history.ts';
 export * from './idempotency.ts';
 export * from './broker.ts';
+export * from './keys.ts';
 export * from './backpressure.ts';
 export * from './drain.ts';
 export * from './identity.ts';

@@ -1,7 +1,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { idempotencyScope, MemoryIdempotency } from '../src/idempotency.ts';
+import { MemoryIdempotency } from '../src/idempotency.ts';
+import { idempotencyScope } from '../src/keys.ts';
 
 const T0 = 1_732_900_000_000;
 

@@ -9,14 +9,15 @@
  * - Keyed and ephemeral events are PUBLISHed only (pipelined by ioredis).
  * - Every key of a topic carries the hash tag `{tenant/topic}`, so that with
  *   Redis Cluster the script's keys and the topic's shard channel live on one
- *   shard; Cluster mode uses sharded pub/sub (SPUBLISH/SSUBSCRIBE).
+ *   shard; Cluster mode uses sharded pub/sub (SPUBLISH/SSUBSCRIBE). The keys
+ *   are built in @sluice/core's keys.ts, with the rest of Sluice's keys.
  * - Subscriptions are per topic (never PSUBSCRIBE): a node without a
  *   subscriber is sent nothing. The wanted set is kept here and subscribed
  *   again whenever the subscriber connection comes back.
  */
 import type { Cluster, Redis } from 'ioredis';
 import { ShardedSubscriptions } from './sharded.ts';
-import type { HistoryRead, StoredEvent } from '@sluice/core';
+import { type HistoryRead, idempotencyRedisKey, type StoredEvent, topicChannel, topicOfChannel, topicRedisKeys } from '@sluice/core';
 import { compareEventIds, type EventId, parseEventId } from '@sluice/protocol';
 
 export type RedisClient = Redis | Cluster;
@@ -49,7 +50,6 @@ export interface BusMessage {
 }
 
 const SEP = '\x1f';
-const CHANNEL_PREFIX = 'sluice:c:';
 
 // Trims a stream by age (ids below ARGV minid), remembering the newest
 // trimmed id in the floor key.
@@ -144,13 +144,13 @@ export class RedisBus {
 
   /** Stores and publishes a durable event; resolves with its stream id (the first id for a repeated key). */
   async publishDurable(p: DurablePublish): Promise<{ id: string; duplicate: boolean }> {
-    const k = this.keys(p.topic);
-    const idem = p.idempotencyKey === undefined ? k.stream : this.idemKey(p.tenant, p.topic, p.idempotencyKey);
+    const k = topicRedisKeys(p.topic);
+    const idem = p.idempotencyKey === undefined ? k.stream : idempotencyRedisKey(this.opts.cluster, p.tenant, p.topic, p.idempotencyKey);
     this.commands++;
     const [id, dup] = await (this.cmd as unknown as ScriptedClient).sluicePublish(
       k.stream, k.floor, idem,
       this.opts.historySize, this.opts.historyTtlMs, this.keepMs, p.idempotencyKey === undefined ? 0 : this.opts.idempotencyTtlMs,
-      p.head, p.tail, this.opts.cluster ? 'SPUBLISH' : 'PUBLISH', channelOf(p.topic), `${1}${SEP}${SEP}`,
+      p.head, p.tail, this.opts.cluster ? 'SPUBLISH' : 'PUBLISH', topicChannel(p.topic), `${1}${SEP}${SEP}`,
     );
     return { id, duplicate: dup === 1 };
   }
@@ -159,25 +159,25 @@ export class RedisBus {
   async publishVolatile(topic: string, cls: number, key: string | undefined, frame: string): Promise<void> {
     this.commands++;
     const payload = `${cls}${SEP}${key ?? ''}${SEP}${SEP}${frame}`;
-    if (this.opts.cluster) await this.cmd.spublish(channelOf(topic), payload);
-    else await this.cmd.publish(channelOf(topic), payload);
+    if (this.opts.cluster) await this.cmd.spublish(topicChannel(topic), payload);
+    else await this.cmd.publish(topicChannel(topic), payload);
   }
 
   /** Resolves once Redis confirmed the subscription; the topic stays wanted (and is subscribed again after a reconnect) even if this fails. */
   async subscribe(topic: string): Promise<void> {
     this.wanted.add(topic);
     this.commands++;
-    await this.sub.subscribe(channelOf(topic));
+    await this.sub.subscribe(topicChannel(topic));
   }
 
   unsubscribe(topic: string): void {
     if (!this.wanted.delete(topic)) return;
     this.commands++;
     if (this.sub instanceof ShardedSubscriptions) {
-      this.sub.unsubscribe(channelOf(topic));
+      this.sub.unsubscribe(topicChannel(topic));
       return;
     }
-    this.sub.unsubscribe(channelOf(topic)).catch(() => {
+    this.sub.unsubscribe(topicChannel(topic)).catch(() => {
       // Disconnected: the subscription went with the connection.
     });
   }
@@ -197,7 +197,7 @@ export class RedisBus {
   /** Subscribes every wanted topic again (after a reconnect); resolves when Redis confirmed them all. */
   async resubscribe(): Promise<void> {
     if (this.wanted.size === 0) return;
-    const channels = [...this.wanted].map(channelOf);
+    const channels = [...this.wanted].map(topicChannel);
     this.commands++;
     if (this.sub instanceof ShardedSubscriptions) await this.sub.resubscribe(channels);
     else await this.sub.subscribe(...channels);
@@ -207,7 +207,7 @@ export class RedisBus {
   async read(topic: string, since: string): Promise<HistoryRead> {
     const s = parseEventId(since);
     if (s === undefined) return { events: [], recovered: false };
-    const k = this.keys(topic);
+    const k = topicRedisKeys(topic);
     this.commands++;
     const r = await (this.cmd as unknown as ScriptedClient).sluiceRead(k.stream, k.floor, since, this.opts.historyTtlMs, this.keepMs,
       Math.max(1, this.opts.historySize));
@@ -223,24 +223,6 @@ export class RedisBus {
     }
     return { events, recovered: compareEventIds(s, floor) >= 0 };
   }
-
-  private keys(topic: string): { stream: string; floor: string } {
-    return { stream: `sluice:h:{${topic}}`, floor: `sluice:f:{${topic}}` };
-  }
-
-  /**
-   * Standalone: one record per (tenant, key), as in memory. Cluster: the
-   * record must share the topic's slot to be written in the same script, so
-   * it is per (tenant, topic, key); a key reused on another topic is not a
-   * repeat there (docs/protocol.md).
-   */
-  private idemKey(tenant: string, topic: string, key: string): string {
-    return this.opts.cluster ? `sluice:i:{${topic}}:${key}` : `sluice:i:${tenant.length}:${tenant}:${key}`;
-  }
-}
-
-function channelOf(topic: string): string {
-  return `${CHANNEL_PREFIX}{${topic}}`;
 }
 
 /** `minid` answered by the read script is `<now - ttl>-0`: ids below it may be gone. */
@@ -261,7 +243,8 @@ function frameOf(id: string, fields: string[]): string {
 
 /** `<cls>\x1f<key>\x1f<id>\x1f<frame>` on channel `sluice:c:{<topic>}`. */
 export function decodeMessage(channel: string, payload: string): BusMessage | undefined {
-  if (!channel.startsWith(CHANNEL_PREFIX)) return undefined;
+  const topic = topicOfChannel(channel);
+  if (topic === undefined) return undefined;
   const a = payload.indexOf(SEP);
   const b = payload.indexOf(SEP, a + 1);
   const c = payload.indexOf(SEP, b + 1);
@@ -269,7 +252,7 @@ export function decodeMessage(channel: string, payload: string): BusMessage | un
   const key = payload.slice(a + 1, b);
   const id = payload.slice(b + 1, c);
   return {
-    topic: channel.slice(CHANNEL_PREFIX.length + 1, -1),
+    topic,
     cls: Number(payload.slice(0, a)),
     key: key === '' ? undefined : key,
     id: id === '' ? undefined : id,

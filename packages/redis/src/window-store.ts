@@ -30,7 +30,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
-import { checkSettle, type WindowHit, type WindowState, type WindowStore } from '@sluice/core';
+import { checkSettle, type WindowHit, type WindowState, type WindowStore, WINDOW_PREFIX, windowRedisKey } from '@sluice/core';
 
 // KEYS[1]: the bucket `now` is in; KEYS[2]: the one before.
 // ARGV: hits, demand, limit, windowMs, now (integers).
@@ -88,16 +88,13 @@ export class RedisWindowStore implements WindowStore {
     private readonly redis: Redis | Cluster,
     opts: RedisWindowStoreOptions = {},
   ) {
-    this.prefix = opts.prefix ?? 'sluice:win:';
+    this.prefix = opts.prefix ?? WINDOW_PREFIX;
     this.timeoutMs = opts.timeoutMs ?? 500;
   }
 
-  /** The Redis key of `key`'s bucket `bucket`. */
+  /** The Redis key of `key`'s bucket `bucket` (`windowRedisKey` of @sluice/core). */
   keyOf(key: string, bucket: number): string {
-    // Redis ignores an empty tag `{}` (and would hash the whole name, bucket
-    // included): the empty key is written `%`, which no other key can be.
-    const safe = key === '' ? '%' : /[%{}]/.test(key) ? key.replace(/[%{}]/g, (c) => (c === '%' ? '%25' : c === '{' ? '%7B' : '%7D')) : key;
-    return `${this.prefix}{${safe}}:${bucket}`;
+    return windowRedisKey(this.prefix, key, bucket);
   }
 
   async settle(hits: readonly WindowHit[], limit: number, windowMs: number, now: number): Promise<readonly WindowState[]> {

@@ -1,15 +1,15 @@
 /**
- * Test helpers: the gateway harness, a `ws` wrapper that lets a test watch
+ * Test helpers: the gateway test kit (`@sluice/gateway/testing`), a `ws` wrapper that lets a test watch
  * and steer what the SDK's socket does, and readers of a topic's history.
  */
 import type { Socket } from 'node:net';
 import { after } from 'node:test';
 import WebSocket from 'ws';
-import { Client, eventually, type Frame, type Gateway } from '../../../apps/gateway/test/harness.ts';
+import { Client, eventually, type Frame, type Gateway } from '@sluice/gateway/testing';
 import { type ClientEvents, SluiceClient, type SluiceClientOptions, type WebSocketConstructor, type WebSocketLike } from '../src/index.ts';
 
 export { Client, eventually, type Frame, type Gateway };
-export { metricValue, startGateway } from '../../../apps/gateway/test/harness.ts';
+export { metricValue, startGateway } from '@sluice/gateway/testing';
 
 export interface Wire {
   /** Order of the frame among every frame of the tap, both ways. */

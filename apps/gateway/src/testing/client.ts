@@ -1,0 +1,159 @@
+/**
+ * A WebSocket client on `ws` for tests: it queues every JSON frame the
+ * gateway sends and waits for the ones a test expects.
+ */
+import { request as httpRequest } from 'node:http';
+import WebSocket from 'ws';
+
+export type Frame = Record<string, unknown> & { type: string };
+
+/** A WebSocket client that queues every frame it gets and waits for the ones a test expects. */
+export class Client {
+  readonly frames: Frame[] = [];
+  private waiters: (() => void)[] = [];
+  closed: { code: number; reason: string } | undefined;
+  welcome!: Frame;
+
+  private constructor(readonly ws: WebSocket) {
+    ws.on('message', (data, isBinary) => {
+      this.frames.push(isBinary ? { type: '<binary>' } : (JSON.parse(data.toString()) as Frame));
+      this.wake();
+    });
+    ws.on('close', (code, reason) => {
+      this.closed = { code, reason: reason.toString() };
+      this.wake();
+    });
+  }
+
+  static async connect(url: string, opts: { protocols?: string[]; headers?: Record<string, string>; localAddress?: string } = {}): Promise<Client> {
+    const ws = new WebSocket(url, opts.protocols ?? ['sluice.v1'], { headers: opts.headers, localAddress: opts.localAddress });
+    const c = new Client(ws);
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    c.welcome = await c.next((f) => f.type === 'welcome');
+    return c;
+  }
+
+  /** The shard this socket landed on (connection ids are node.shard.generation.seq). */
+  get shard(): number {
+    return Number(String(this.welcome.connectionId).split('.')[1]);
+  }
+
+  send(frame: unknown): void {
+    this.ws.send(typeof frame === 'string' ? frame : JSON.stringify(frame));
+  }
+
+  /** Sends a frame with a ref and resolves with the reply (or error) that answers it. */
+  async request(frame: Record<string, unknown>, ms?: number): Promise<Frame> {
+    const ref = (frame.ref as string | undefined) ?? `r${Math.random().toString(36).slice(2)}`;
+    this.send({ ...frame, ref });
+    return this.next((f) => (f.type === 'reply' || f.type === 'pong') && f.ref === ref, ms);
+  }
+
+  /** Removes and returns the first queued frame matching `pred`, waiting up to `ms`. */
+  async next(pred: (f: Frame) => boolean = () => true, ms = 5000): Promise<Frame> {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const i = this.frames.findIndex(pred);
+      if (i >= 0) return this.frames.splice(i, 1)[0]!;
+      if (this.closed) throw new Error(`socket closed (${this.closed.code} ${this.closed.reason}) while waiting`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`timed out waiting for a frame; queued: ${JSON.stringify(this.frames).slice(0, 500)}`);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, left);
+        this.waiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+  }
+
+  /** Waits until the server closes the socket. */
+  async closedBy(ms = 5000): Promise<{ code: number; reason: string }> {
+    const deadline = Date.now() + ms;
+    while (!this.closed) {
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error('socket not closed in time');
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, left);
+        this.waiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+    return this.closed;
+  }
+
+  /** Events received on a topic, in order, taken off the queue. */
+  takeEvents(topic: string): Frame[] {
+    const out: Frame[] = [];
+    for (let i = 0; i < this.frames.length; ) {
+      const f = this.frames[i]!;
+      if (f.type === 'event' && f.topic === topic) {
+        out.push(f);
+        this.frames.splice(i, 1);
+      } else i++;
+    }
+    return out;
+  }
+
+  close(): void {
+    this.ws.close();
+  }
+
+  private wake(): void {
+    const w = this.waiters;
+    this.waiters = [];
+    for (const f of w) f();
+  }
+}
+
+/** Waits until `check` is true, polling; for state that settles asynchronously (counters, gauges). */
+export async function eventually(check: () => Promise<boolean> | boolean, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+export interface RawResponse {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+  readonly body: string;
+}
+
+/**
+ * An upgrade request by hand (fetch refuses the upgrade header). Resolves
+ * with the plain-HTTP refusal; rejects when the server upgrades instead
+ * (`upgraded although refused`), or on a socket error or `timeoutMs`.
+ * `headers` are added to (or, set to null, removed from) a valid handshake.
+ */
+export function rawUpgrade(port: number, opts: { path?: string; headers?: Record<string, string | null>; timeoutMs?: number } = {}): Promise<RawResponse> {
+  const headers: Record<string, string> = {
+    upgrade: 'websocket', connection: 'Upgrade', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', 'sec-websocket-version': '13',
+  };
+  for (const [k, v] of Object.entries(opts.headers ?? {})) {
+    if (v === null) delete headers[k];
+    else headers[k] = v;
+  }
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port, path: opts.path ?? '/ws', headers, timeout: opts.timeoutMs });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('upgrade', (_res, socket) => {
+      socket.destroy();
+      reject(new Error('upgraded although refused'));
+    });
+    req.on('response', (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers as Record<string, string>, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}

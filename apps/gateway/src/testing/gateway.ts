@@ -1,0 +1,213 @@
+/**
+ * Starts the real gateway as a child process (`node --import tsx
+ * src/main.ts`, what `pnpm start` runs, or the build, `node dist/main.js`)
+ * and knows it is serving when the gateway says so over the IPC channel:
+ * `{type: 'sluice.ready', port, adminPort, pid}` (main.ts, `ReadyMessage`).
+ * No log text is read for that; stdout lines are only collected, for tests
+ * that look at what was logged.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { ReadyMessage } from '../main.ts';
+
+export type { ReadyMessage };
+
+/** The gateway package's folder: where it runs from unless told otherwise. */
+export const GATEWAY_DIR = fileURLToPath(new URL('../..', import.meta.url));
+
+/**
+ * Every test client comes from 127.0.0.1 as one tenant: the per-IP and
+ * per-tenant windows are opened wide, free ports are taken, and the drain
+ * does not wait before closing. A test's own variables are laid over these.
+ */
+export const TEST_ENV: Readonly<Record<string, string>> = {
+  PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: '2', LOG_LEVEL: 'info',
+  WS_DRAIN_DELAY_MS: '0', WS_IP_CONNECT_LIMIT: '1000000', WS_TENANT_MSG_LIMIT: '100000000',
+};
+
+/** Only the ports and hosts of TEST_ENV: every other setting stays the gateway's default. */
+export const PLAIN_ENV: Readonly<Record<string, string>> = { PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1' };
+
+export interface StartOptions {
+  /** Run the build (`node dist/main.js`, after `pnpm build`) instead of the sources under tsx. */
+  readonly built?: boolean;
+  /** Another command altogether (`npx sluice` in a project that installed the tarball, a benchmark peer), run in `cwd`. */
+  readonly command?: readonly [string, ...string[]];
+  readonly cwd?: string;
+  /** Start it in a process group of its own (a command such as npx runs the gateway as its child); stop() signals the group. */
+  readonly detached?: boolean;
+  /** The environment the variables are laid over: this process's unless given. */
+  readonly baseEnv?: NodeJS.ProcessEnv;
+  /** The defaults under the caller's variables: TEST_ENV unless given (PLAIN_ENV: the gateway's own defaults). */
+  readonly defaults?: Readonly<Record<string, string>>;
+  /**
+   * How readiness is known: 'ipc' (the default), the ready message; 'log',
+   * the `gateway ready` log line, only for a command that does not pass an
+   * IPC channel on to the gateway (npx runs it as a grandchild without one).
+   */
+  readonly readyFrom?: 'ipc' | 'log';
+  /** Raise the soft open-file limit to the hard one first (through /bin/sh, which then execs: the pid stays the gateway's). */
+  readonly raiseFileLimit?: boolean;
+  /** How long to wait for readiness; default 20 s. */
+  readonly timeoutMs?: number;
+  /** Called with every stdout line that is JSON (a log record), and every stderr line. */
+  readonly onLog?: (rec: Record<string, unknown>) => void;
+  readonly onStderr?: (line: string) => void;
+}
+
+export interface Gateway {
+  readonly port: number;
+  readonly adminPort: number;
+  readonly pid: number;
+  readonly proc: ChildProcess;
+  /** Every stdout line so far, parsed where it is JSON (`{raw}` where not). */
+  readonly logs: Record<string, unknown>[];
+  stderr(): string;
+  url(path?: string): string;
+  admin(path: string): string;
+  /** GET /metrics on the admin port. */
+  metrics(timeoutMs?: number): Promise<string>;
+  readonly alive: boolean;
+  /** null while it runs. */
+  readonly exitCode: number | null;
+  readonly exitSignal: NodeJS.Signals | null;
+  /** Resolves with the exit code (or signal name) once it exited. */
+  readonly exited: Promise<number | string>;
+  /** Waits up to `ms` for the exit; true when it exited. */
+  waitExit(ms: number): Promise<boolean>;
+  /** Sends a signal (to the process group when started detached); nothing once it exited. */
+  signal(sig: NodeJS.Signals): void;
+  /** Sends `signal`, SIGKILL after `killAfterMs` if given, and resolves with the exit code (or signal name). */
+  stop(signal?: NodeJS.Signals, killAfterMs?: number): Promise<number | string>;
+}
+
+/** Gateways started and not yet stopped: a test file stops what is left at its end. */
+export const running = new Set<Gateway>();
+
+/** The gateway's command line, from source or from the build. */
+export function gatewayArgs(opts: Pick<StartOptions, 'built'> = {}): string[] {
+  return opts.built === true ? ['dist/main.js'] : ['--import', 'tsx', 'src/main.ts'];
+}
+
+/** /bin/sh arguments that raise the soft open-file limit to the hard one and exec `argv`. */
+export function withFileLimit(argv: readonly string[]): [string, ...string[]] {
+  return ['/bin/sh', '-c', 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$@"', 'sh', ...argv];
+}
+
+function isReady(m: unknown): m is ReadyMessage {
+  const r = m as Partial<ReadyMessage> | null;
+  return typeof r === 'object' && r !== null && r.type === 'sluice.ready' && typeof r.port === 'number' && typeof r.adminPort === 'number';
+}
+
+/** Starts a gateway with `env` over the defaults and resolves once it is serving; rejects when it exits first or is not ready in time. */
+export async function startGateway(env: Record<string, string> = {}, opts: StartOptions = {}): Promise<Gateway> {
+  const command = opts.command ?? [process.execPath, ...gatewayArgs(opts)];
+  const [cmd, ...args] = opts.raiseFileLimit === true ? withFileLimit(command) : command;
+  const ipc = opts.readyFrom !== 'log';
+  const proc = spawn(cmd, args, {
+    cwd: opts.cwd ?? GATEWAY_DIR,
+    detached: opts.detached === true,
+    env: { ...(opts.baseEnv ?? process.env), ...(opts.defaults ?? TEST_ENV), ...env },
+    stdio: ipc ? ['ignore', 'pipe', 'pipe', 'ipc'] : ['ignore', 'pipe', 'pipe'],
+  });
+  const logs: Record<string, unknown>[] = [];
+  let err = '';
+  let onLine: ((rec: Record<string, unknown>) => void) | undefined;
+  const exited = new Promise<number | string>((resolve) => proc.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')));
+  lines(proc.stdout!, (line) => {
+    let rec: Record<string, unknown>;
+    try {
+      rec = JSON.parse(line) as Record<string, unknown>;
+    } catch {
+      logs.push({ raw: line });
+      return;
+    }
+    logs.push(rec);
+    opts.onLog?.(rec);
+    onLine?.(rec);
+  });
+  lines(proc.stderr!, (line) => {
+    err += `${line}\n`;
+    opts.onStderr?.(line);
+  });
+  const timeoutMs = opts.timeoutMs ?? 20_000;
+  let timer: NodeJS.Timeout | undefined;
+  const ready = await new Promise<{ port: number; adminPort: number }>((resolve, reject) => {
+    const tail = (): string => `${err}${logs.slice(-10).map((l) => JSON.stringify(l)).join('\n')}`;
+    if (ipc) proc.on('message', (m) => { if (isReady(m)) resolve(m); });
+    else onLine = (rec) => { if (rec['msg'] === 'gateway ready') resolve({ port: rec['port'] as number, adminPort: rec['adminPort'] as number }); };
+    void exited.then((code) => reject(new Error(`gateway exited (${code}) before ready: ${tail()}`)));
+    timer = setTimeout(() => {
+      proc.kill('SIGKILL');
+      reject(new Error(`gateway not ready in ${timeoutMs} ms: ${tail()}`));
+    }, timeoutMs);
+  }).finally(() => clearTimeout(timer));
+  // The channel was only for the ready message: it must not keep this process alive.
+  if (ipc) proc.disconnect();
+  const gw: Gateway = {
+    ...ready,
+    pid: proc.pid!,
+    proc,
+    logs,
+    exited,
+    stderr: () => err,
+    url: (path = '/ws') => `ws://127.0.0.1:${ready.port}${path}`,
+    admin: (path) => `http://127.0.0.1:${ready.adminPort}${path}`,
+    metrics: async (ms = 5000) => (await fetch(gw.admin('/metrics'), { signal: AbortSignal.timeout(ms) })).text(),
+    get alive() { return proc.exitCode === null && proc.signalCode === null; },
+    get exitCode() { return proc.exitCode; },
+    get exitSignal() { return proc.signalCode; },
+    async waitExit(ms) {
+      if (!gw.alive) return true;
+      let t: NodeJS.Timeout | undefined;
+      const ok = await Promise.race([exited.then(() => true), new Promise<boolean>((r) => { t = setTimeout(() => r(false), ms); })]);
+      clearTimeout(t);
+      return ok;
+    },
+    signal(sig) {
+      if (!gw.alive) return;
+      // A command that runs the gateway as its child (npx) is signalled as a terminal's Ctrl-C is: its whole process group.
+      if (opts.detached === true) process.kill(-proc.pid!, sig);
+      else proc.kill(sig);
+    },
+    async stop(sig = 'SIGTERM', killAfterMs) {
+      running.delete(gw);
+      gw.signal(sig);
+      if (killAfterMs !== undefined && !(await gw.waitExit(killAfterMs))) gw.signal('SIGKILL');
+      return exited;
+    },
+  };
+  running.add(gw);
+  return gw;
+}
+
+/** Calls `each` with every complete line of a stream. */
+function lines(stream: NodeJS.ReadableStream, each: (line: string) => void): void {
+  let buf = '';
+  stream.setEncoding('utf8');
+  stream.on('data', (c: string) => {
+    buf += c;
+    let nl;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      each(buf.slice(0, nl));
+      buf = buf.slice(nl + 1);
+    }
+  });
+}
+
+/** Runs a gateway (from source, one shard) that is expected to fail at start; resolves with its exit code and output. */
+export async function runUntilExit(env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const proc = spawn(process.execPath, gatewayArgs(), {
+    cwd: GATEWAY_DIR,
+    env: { ...process.env, ...PLAIN_ENV, WS_WORKERS: '1', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  proc.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+  proc.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+  const timer = setTimeout(() => proc.kill('SIGKILL'), 20_000);
+  const code = await new Promise<number | null>((resolve) => proc.once('exit', (c) => resolve(c)));
+  clearTimeout(timer);
+  return { code, stdout, stderr };
+}

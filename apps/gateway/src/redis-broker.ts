@@ -1,8 +1,8 @@
 import type { MessagePort } from 'node:worker_threads';
 import {
-  type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, topicKey,
+  type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, ReplaySplice, SpliceEmit, topicKey,
 } from '@sluice/core';
-import { compareEventIds, encodeEventFrame, EventClass, eventIdMs, parseEventId } from '@sluice/protocol';
+import { encodeEventFrame, EventClass, eventIdMs } from '@sluice/protocol';
 import { type BusMessage, createRedisClient, nodeOptions, RedisBus, type RedisClient, ShardedSubscriptions } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 import type { MeshBroker } from './mesh-broker.ts';
@@ -38,10 +38,14 @@ export class RedisBroker implements ShardBroker {
   private readonly sub: RedisClient | ShardedSubscriptions;
   private readonly bus: RedisBus;
   private deliver: (d: Delivery) => void = () => {};
-  /** Per subscribed topic, the last durable id delivered: repeats are dropped, gaps after a reconnect are filled. */
-  private readonly lastIds = new Map<string, string>();
-  /** Topics being caught up after a reconnect: live events wait here. */
-  private readonly catching = new Map<string, Delivery[]>();
+  /**
+   * Per subscribed topic, its splice (core's ReplaySplice): the last durable
+   * id delivered, so that repeats are dropped and a catch-up after a
+   * reconnect reads from there; while a catch-up read is out, the live
+   * events wait in it.
+   */
+  private readonly splices = new Map<string, ReplaySplice<Delivery>>();
+  private readonly emit = (d: Delivery): void => this.deliver(d);
   /** Topics whose catch-up read waits for the command connection (the subscriber connection came back first). */
   private readonly awaitingCmd = new Set<string>();
   private readonly counts = { durable: 0, keyed: 0, ephemeral: 0, duplicates: 0, errors: 0 };
@@ -186,7 +190,7 @@ export class RedisBroker implements ShardBroker {
     // when Redis does not answer.
     // One ms back: an event stored in the same ms as this reading gets an id
     // `<ms>-<seq>` that must count as after it, never as already delivered.
-    if (!this.lastIds.has(topic)) this.lastIds.set(topic, `${(await this.bus.now().catch(() => Date.now())) - 1}-0`);
+    if (!this.splices.has(topic)) this.splices.set(topic, new ReplaySplice(`${(await this.bus.now().catch(() => Date.now())) - 1}-0`));
     const t0 = performance.now();
     try {
       await this.bus.subscribe(topic);
@@ -204,8 +208,7 @@ export class RedisBroker implements ShardBroker {
   unsubscribe(topic: string): void {
     this.mesh.unsubscribe(topic);
     this.bus.unsubscribe(topic);
-    this.lastIds.delete(topic);
-    this.catching.delete(topic);
+    this.splices.delete(topic);
     this.awaitingCmd.delete(topic);
   }
 
@@ -251,19 +254,15 @@ export class RedisBroker implements ShardBroker {
   private fromBus(m: BusMessage): void {
     if (!this.bus.topics.has(m.topic)) return; // unsubscribed meanwhile
     const d: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: eventIdMs(m.id) };
-    const waiting = this.catching.get(m.topic);
-    if (waiting !== undefined) waiting.push(d);
-    else this.deliverInOrder(d);
-  }
-
-  /** Delivers an event from Redis unless a durable one is not newer than the last delivered on its topic. */
-  private deliverInOrder(d: Delivery): void {
-    if (d.id !== undefined) {
-      const last = this.lastIds.get(d.topic);
-      if (last !== undefined && compareEventIds(parseEventId(d.id)!, parseEventId(last)!) <= 0) return;
-      this.lastIds.set(d.topic, d.id);
+    let splice = this.splices.get(m.topic);
+    if (splice === undefined && d.id !== undefined) {
+      // Subscribed before the join's clock reading came back: this is the first id.
+      this.splices.set(m.topic, (splice = new ReplaySplice(d.id)));
+      this.deliver(d);
+      return;
     }
-    this.deliver(d);
+    // Held while a catch-up read is out; dropped when not newer than the last delivered on its topic.
+    if (splice === undefined || (splice.live(d) & SpliceEmit) !== 0) this.deliver(d);
   }
 
   /**
@@ -275,7 +274,7 @@ export class RedisBroker implements ShardBroker {
     const topics = [...this.bus.topics];
     if (topics.length === 0) return;
     // A catch-up already under way keeps the live events it holds.
-    for (const t of topics) if (this.lastIds.has(t) && !this.catching.has(t)) this.catching.set(t, []);
+    for (const t of topics) this.splices.get(t)?.hold();
     this.bus.resubscribe().then(
       () => {
         for (const t of topics) this.catchUp(t);
@@ -289,8 +288,8 @@ export class RedisBroker implements ShardBroker {
   }
 
   private catchUp(topic: string): void {
-    const last = this.lastIds.get(topic);
-    if (last === undefined || !this.catching.has(topic)) return;
+    const splice = this.splices.get(topic);
+    if (splice === undefined || !splice.holding) return;
     if (!this.up) {
       // The read goes over the command connection, which is not back yet:
       // read once it is, holding the live events meanwhile.
@@ -298,13 +297,14 @@ export class RedisBroker implements ShardBroker {
       return;
     }
     const t0 = performance.now();
-    this.bus.read(topic, last).then(
+    this.bus.read(topic, splice.lastId).then(
       (read) => {
         this.took(RedisOp.History, t0);
-        if (!this.catching.has(topic)) return;
+        if (this.splices.get(topic) !== splice || !splice.holding) return;
         if (!read.recovered) this.log.warn({ topic }, 'events published while redis was unreachable were trimmed before they could be delivered');
-        for (const e of read.events) this.deliverInOrder({ topic, frame: e.frame, id: e.id, cls: EventClass.Durable, key: undefined, at: eventIdMs(e.id) });
-        this.release(topic);
+        splice.replay(read.events.map((e) => ({ topic, frame: e.frame, id: e.id, cls: EventClass.Durable, key: undefined, at: eventIdMs(e.id) })),
+          this.emit);
+        splice.release(this.emit);
       },
       (err: unknown) => {
         this.took(RedisOp.History, t0);
@@ -319,12 +319,9 @@ export class RedisBroker implements ShardBroker {
     );
   }
 
-  /** Ends a topic's catch-up: the live events that waited go out in order. */
+  /** Ends a topic's catch-up without its read: the live events that waited go out in order. */
   private release(topic: string): void {
-    const waiting = this.catching.get(topic);
-    if (waiting === undefined) return;
-    this.catching.delete(topic);
-    for (const d of waiting) this.deliverInOrder(d);
+    this.splices.get(topic)?.release(this.emit);
   }
 }
 

@@ -5,6 +5,7 @@ export * from './history.ts';
 export * from './idempotency.ts';
 export * from './broker.ts';
 export * from './keys.ts';
+export * from './splice.ts';
 export * from './backpressure.ts';
 export * from './drain.ts';
 export * from './identity.ts';

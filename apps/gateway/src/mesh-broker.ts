@@ -1,7 +1,7 @@
 import type { MessagePort } from 'node:worker_threads';
 import {
-  type Config, type Delivery, type HistoryRead, idempotencyScope, MemoryIdempotency, ownerOf, type PublishFields,
-  type PublishResult, topicKey,
+  BrokerUnavailable, type Config, type Delivery, type HistoryRead, idempotencyScope, MemoryIdempotency, ownerOf, PendingRequests,
+  type PublishFields, type PublishResult, type RequestFailure, topicKey,
 } from '@sluice/core';
 import { EventClass } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
@@ -10,9 +10,12 @@ import type { BrokerStats, ShardBroker } from './shard-broker.ts';
 import { Batcher, decodePeer, encodeDelivery, encodePeer, forEachMessage, type FromOwner, type PeerMessage, type ToOwner } from './messages.ts';
 
 const UNAVAILABLE: PublishResult = Object.freeze({ ok: false, reason: 'unavailable' });
+const PUBLISH_FAILS: RequestFailure<PublishResult> = Object.freeze({ value: UNAVAILABLE });
 
 class PeerLink {
   readonly out: Batcher<PeerMessage>;
+  /** Requests sent to this peer (as the owner of a topic or key) and not answered yet. */
+  readonly requests = new PendingRequests();
   constructor(readonly port: MessagePort) {
     this.out = new Batcher(encodePeer, (batch) => port.postMessage(batch));
   }
@@ -22,13 +25,6 @@ class PeerLink {
   deliver(d: Delivery): void {
     this.out.pushEncoded(encodeDelivery(d));
   }
-}
-
-interface Pending {
-  readonly peer: number;
-  readonly resolve: (v: never) => void;
-  readonly reject: (e: Error) => void;
-  readonly fail: unknown;
 }
 
 /**
@@ -41,16 +37,15 @@ interface Pending {
  * from its table (or joins it to the first publish still on its way) and
  * otherwise passes the publish on to the topic's owner and records the id.
  * Keeps the guarantees stated on `Broker`. When a peer shard dies, requests
- * waiting on it resolve `unavailable` (publish) or reject (subscribe,
- * history); when it comes back, this shard subscribes again to its topics.
+ * waiting on it resolve `unavailable` (publish) or reject with
+ * BrokerUnavailable (subscribe, history); when it comes back, this shard
+ * subscribes again to its topics.
  */
 export class MeshBroker implements ShardBroker {
   readonly hub: EmbeddedHub;
   private readonly peers = new Map<number, PeerLink>();
-  private readonly pending = new Map<number, Pending>();
   /** Topic keys this shard is subscribed to, wherever their owner is. */
   private readonly subscribed = new Set<string>();
-  private rid = 0;
   private deliver: (d: Delivery) => void = () => {};
   private readonly idempotency: MemoryIdempotency;
   /** Keys whose first publish is on its way to the topic owner, with the repeats waiting on it. */
@@ -101,7 +96,7 @@ export class MeshBroker implements ShardBroker {
       const scope = idempotencyScope(tenant, req.idempotencyKey);
       const keyOwner = ownerOf(scope, this.shards);
       if (keyOwner === this.self) return this.publishOnce(scope, tenant, req);
-      return this.request<PublishResult>(keyOwner, UNAVAILABLE, (rid) => ({ op: 'once', rid, tenant, req }));
+      return this.request(keyOwner, PUBLISH_FAILS, (rid) => ({ op: 'once', rid, tenant, req }));
     }
     return this.publishToOwner(tenant, req);
   }
@@ -119,7 +114,11 @@ export class MeshBroker implements ShardBroker {
         return;
       }
     }
-    void this.publish(tenant, req).then(done);
+    // publish never rejects (Broker's convention); a bug that made it would still answer.
+    this.publish(tenant, req).then(done, (err: unknown) => {
+      this.log.error({ err }, 'publish failed');
+      done(UNAVAILABLE);
+    });
   }
 
   /** Trims expired history and idempotency records. */
@@ -154,7 +153,7 @@ export class MeshBroker implements ShardBroker {
   private publishToOwner(tenant: string, req: PublishFields): Promise<PublishResult> {
     const owner = ownerOf(topicKey(tenant, req.topic), this.shards);
     if (owner === this.self) return Promise.resolve(this.hub.publish(tenant, req));
-    return this.request<PublishResult>(owner, UNAVAILABLE, (rid) => ({ op: 'pub', rid, tenant, req }));
+    return this.request(owner, PUBLISH_FAILS, (rid) => ({ op: 'pub', rid, tenant, req }));
   }
 
   subscribe(topic: string): Promise<void> {
@@ -164,7 +163,7 @@ export class MeshBroker implements ShardBroker {
       this.hub.subscribe(this.self, topic);
       return Promise.resolve();
     }
-    return this.request<void>(owner, new Error(`shard ${owner}, owner of the topic, is unavailable`), (rid) => ({ op: 'sub', rid, topic }));
+    return this.request<void>(owner, ownerGone(owner), (rid) => ({ op: 'sub', rid, topic }));
   }
 
   unsubscribe(topic: string): void {
@@ -177,8 +176,7 @@ export class MeshBroker implements ShardBroker {
   history(topic: string, since: string): Promise<HistoryRead> {
     const owner = ownerOf(topic, this.shards);
     if (owner === this.self) return Promise.resolve(this.hub.history(topic, since));
-    return this.request<HistoryRead>(owner, new Error(`shard ${owner}, owner of the topic, is unavailable`),
-      (rid) => ({ op: 'hist', rid, topic, since }));
+    return this.request<HistoryRead>(owner, ownerGone(owner), (rid) => ({ op: 'hist', rid, topic, since }));
   }
 
   onDelivery(handler: (d: Delivery) => void): void {
@@ -195,37 +193,26 @@ export class MeshBroker implements ShardBroker {
     for (const link of this.peers.values()) link.out.flush();
   }
 
-  /** `fail` is what the request settles with if the owner is or becomes unavailable: a value, or an Error to reject with. */
-  private request<T>(owner: number, fail: unknown, make: (rid: number) => ToOwner): Promise<T> {
+  /** `fail` is what the request settles with if the owner is or becomes unavailable. */
+  private request<T>(owner: number, fail: RequestFailure<T>, make: (rid: number) => ToOwner): Promise<T> {
     const link = this.peers.get(owner);
-    if (link === undefined) return fail instanceof Error ? Promise.reject(fail) : Promise.resolve(fail as T);
-    return new Promise<T>((resolve, reject) => {
-      const rid = ++this.rid;
-      this.pending.set(rid, { peer: owner, resolve: resolve as (v: never) => void, reject, fail });
-      link.send(make(rid));
-    });
+    if (link === undefined) return 'value' in fail ? Promise.resolve(fail.value) : Promise.reject(fail.error);
+    return link.requests.request<T>((rid) => link.send(make(rid)), { fail });
   }
 
-  private settle(rid: number, value: unknown): void {
-    const p = this.pending.get(rid);
-    if (p === undefined) return;
-    this.pending.delete(rid);
-    p.resolve(value as never);
-  }
-
-  private fromOwner(m: FromOwner): void {
+  private fromOwner(link: PeerLink, m: FromOwner): void {
     switch (m.op) {
       case 'ev':
         this.deliver(m.d);
         return;
       case 'pubok':
-        this.settle(m.rid, m.res);
+        link.requests.answer(m.rid, m.res);
         return;
       case 'subok':
-        this.settle(m.rid, undefined);
+        link.requests.answer(m.rid, undefined);
         return;
       case 'histok':
-        this.settle(m.rid, m.read);
+        link.requests.answer(m.rid, m.read);
         return;
     }
   }
@@ -237,8 +224,13 @@ export class MeshBroker implements ShardBroker {
         link.send({ op: 'pubok', rid: m.rid, res: this.hub.publish(m.tenant, m.req) });
         return;
       case 'once':
-        void this.publishOnce(idempotencyScope(m.tenant, m.req.idempotencyKey!), m.tenant, m.req)
-          .then((res) => link.send({ op: 'pubok', rid: m.rid, res }));
+        this.publishOnce(idempotencyScope(m.tenant, m.req.idempotencyKey!), m.tenant, m.req).then(
+          (res) => link.send({ op: 'pubok', rid: m.rid, res }),
+          (err: unknown) => {
+            this.log.error({ err }, 'publish for a peer failed');
+            link.send({ op: 'pubok', rid: m.rid, res: UNAVAILABLE });
+          },
+        );
         return;
       case 'sub':
         this.hub.subscribe(shard, m.topic);
@@ -251,7 +243,7 @@ export class MeshBroker implements ShardBroker {
         link.send({ op: 'histok', rid: m.rid, read: this.hub.history(m.topic, m.since) });
         return;
       default:
-        this.fromOwner(m);
+        this.fromOwner(link, m);
     }
   }
 
@@ -260,14 +252,12 @@ export class MeshBroker implements ShardBroker {
     this.peers.delete(shard);
     this.hub.detach(shard);
     link?.port.close();
-    let failed = 0;
-    for (const [rid, p] of this.pending) {
-      if (p.peer !== shard) continue;
-      this.pending.delete(rid);
-      failed++;
-      if (p.fail instanceof Error) p.reject(p.fail);
-      else p.resolve(p.fail as never);
-    }
+    const failed = link?.requests.close(`shard ${shard} is gone`) ?? 0;
     this.log.warn({ peer: shard, failedRequests: failed }, 'peer shard gone');
   }
+}
+
+/** How subscribe and history fail when the topic's owner shard is away (Broker's convention). */
+function ownerGone(owner: number): RequestFailure<never> {
+  return { error: new BrokerUnavailable(`shard ${owner}, owner of the topic, is unavailable`) };
 }

@@ -1,6 +1,6 @@
 import type { MessagePort } from 'node:worker_threads';
 import {
-  type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, ReplaySplice, SpliceEmit, topicKey,
+  BrokerUnavailable, type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, ReplaySplice, SpliceEmit, topicKey,
 } from '@sluice/core';
 import { encodeEventFrame, EventClass, eventIdMs } from '@sluice/protocol';
 import { type BusMessage, createRedisClient, nodeOptions, RedisBus, type RedisClient, ShardedSubscriptions } from '@sluice/redis';
@@ -25,6 +25,9 @@ const ID_MARK = '\x00';
  * own sockets joined, so Redis sends a node only what it has subscribers
  * for, and within the node every shard gets it from Redis directly.
  *
+ * Failures follow Broker's convention: publish resolves `unavailable`,
+ * history rejects with BrokerUnavailable, subscribe does not fail (a topic
+ * Redis did not confirm stays wanted and is subscribed when it is back).
  * While Redis is unreachable: durable publishes and history reads answer
  * `unavailable`; keyed and ephemeral events still flow within the node
  * through the embedded mesh, to which every subscription is also made; and
@@ -213,13 +216,13 @@ export class RedisBroker implements ShardBroker {
   }
 
   async history(topic: string, since: string): Promise<HistoryRead> {
-    if (!this.up) throw new Error('redis is unavailable');
+    if (!this.up) throw new BrokerUnavailable('redis is unavailable');
     const t0 = performance.now();
     try {
       return await this.bus.read(topic, since);
     } catch (err) {
       this.counts.errors++;
-      throw err;
+      throw new BrokerUnavailable('the history read from redis failed', { cause: err });
     } finally {
       this.took(RedisOp.History, t0);
     }
@@ -254,10 +257,10 @@ export class RedisBroker implements ShardBroker {
   private fromBus(m: BusMessage): void {
     if (!this.bus.topics.has(m.topic)) return; // unsubscribed meanwhile
     const d: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: eventIdMs(m.id) };
-    let splice = this.splices.get(m.topic);
+    const splice = this.splices.get(m.topic);
     if (splice === undefined && d.id !== undefined) {
       // Subscribed before the join's clock reading came back: this is the first id.
-      this.splices.set(m.topic, (splice = new ReplaySplice(d.id)));
+      this.splices.set(m.topic, new ReplaySplice(d.id));
       this.deliver(d);
       return;
     }

@@ -48,8 +48,18 @@ export interface Delivery {
  *   Called after `subscribe` resolved, history and deliveries overlap rather
  *   than leave a gap: a caller that drops deliveries whose id is not above
  *   the last replayed id sees every durable event exactly once.
- * - On failure promises resolve with `unavailable` (publish) or reject
- *   (subscribe, history); they never hang forever.
+ *
+ * Failures, one convention for every implementation: a call that cannot be
+ * served because what stands behind the broker (Redis, the topic's owner
+ * shard) is unreachable or failed ends as `unavailable`, and never hangs.
+ *
+ * - `publish`, whose outcome is the client's reply, resolves
+ *   `{ ok: false, reason: 'unavailable' }` and never rejects (`internal` is
+ *   for a bug caught on the way).
+ * - `subscribe` and `history` reject with a `BrokerUnavailable` (code
+ *   `unavailable`, the underlying error as its `cause`), and with nothing
+ *   else: any other rejection is a bug.
+ * - `unsubscribe` and `onDelivery` do not fail.
  */
 export interface Broker {
   publish(tenant: string, fields: PublishFields): Promise<PublishResult>;
@@ -57,6 +67,15 @@ export interface Broker {
   unsubscribe(topic: string): void;
   history(topic: string, since: string): Promise<HistoryRead>;
   onDelivery(handler: (d: Delivery) => void): void;
+}
+
+/** Why `subscribe` or `history` failed: what stands behind the broker is unreachable (see Broker). */
+export class BrokerUnavailable extends Error {
+  readonly code = 'unavailable' as const;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'BrokerUnavailable';
+  }
 }
 
 /**

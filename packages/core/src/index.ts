@@ -6,6 +6,7 @@ export * from './idempotency.ts';
 export * from './broker.ts';
 export * from './keys.ts';
 export * from './splice.ts';
+export * from './requests.ts';
 export * from './backpressure.ts';
 export * from './drain.ts';
 export * from './identity.ts';

@@ -15,7 +15,7 @@ const external = Object.keys(pkg.dependencies);
 rmSync(new URL('./dist', import.meta.url), { recursive: true, force: true });
 const result = await build({
   absWorkingDir: new URL('.', import.meta.url).pathname,
-  entryPoints: { main: 'src/main.ts', shard: 'src/shard.ts' },
+  entryPoints: { main: 'src/main.ts', shard: 'src/shard/index.ts' },
   outdir: 'dist',
   bundle: true,
   splitting: true,

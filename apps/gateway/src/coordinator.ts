@@ -18,7 +18,7 @@ import type { FromShardControl, ToShardControl } from './control.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { Flag, SharedState } from './shared-state.ts';
 import { createRedisClient, type RedisClient } from '@sluice/redis';
-import type { ShardExit, ShardTask } from './shard.ts';
+import type { ShardExit, ShardTask } from './shard/task.ts';
 import { probeCorkInPlace, type UwsBuild } from '@sluice/uws';
 
 /**

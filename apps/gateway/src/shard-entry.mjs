@@ -6,5 +6,5 @@
 // as ES modules.
 import { tsImport } from 'tsx/esm/api';
 
-const shard = await tsImport('./shard.ts', import.meta.url);
+const shard = await tsImport('./shard/index.ts', import.meta.url);
 export default shard.default;

@@ -1,0 +1,159 @@
+/**
+ * Admission: one WebSocket upgrade from request to socket or refusal. The
+ * request is read once (uWS: every header MUST be read before upgrade()
+ * returns), the pure checks run (`checkHandshake`), then the async part:
+ * the IP window (one call to the window store) and the token. Whatever is
+ * written afterwards goes in one cork. Touches no socket data but the
+ * record it makes.
+ */
+import { ANONYMOUS, checkHandshake, chooseSubprotocol, clientAddress, type Identity, type OriginRule, parseOriginList,
+  type Refusal, retryAfterSeconds, retryHint } from '@sluice/core';
+import { endSpan, type Span } from '@sluice/telemetry';
+import { type HttpRequest, type HttpResponse, upgradeCorked, type us_socket_context_t } from '@sluice/uws';
+import { tokenFrom, Verifier } from '../auth.ts';
+import type { Limits } from '../limits.ts';
+import type { ShardContext } from './context.ts';
+import { newSocketData } from './socket-data.ts';
+
+export class Admission {
+  /** WS_AUTH=jwt: the token checker; null with WS_AUTH=none. */
+  private readonly verifier: Verifier | null;
+  private readonly origins: readonly OriginRule[] | undefined;
+  /** Connections accepted by this shard generation: the last part of their ids. */
+  private seq = 0;
+
+  constructor(
+    private readonly ctx: ShardContext,
+    private readonly limits: Limits,
+    /** False while the shard stops, the node drains, or WS_MAX_SOCKETS is reached. */
+    private readonly available: () => boolean,
+  ) {
+    const cfg = ctx.cfg;
+    this.verifier = cfg.auth === 'jwt' ? new Verifier(cfg) : null;
+    this.origins = cfg.allowedOrigins === undefined ? undefined : parseOriginList(cfg.allowedOrigins);
+  }
+
+  readonly upgrade = (res: HttpResponse, req: HttpRequest, context: us_socket_context_t): void => {
+    const cfg = this.ctx.cfg;
+    if (!this.available()) {
+      this.refuseUnavailable(res);
+      return;
+    }
+    // One pass over the headers: their size, and every X-Forwarded-For line
+    // (a proxy may add its own line rather than append to the client's).
+    const query = req.getQuery() ?? ''; // undefined when the URL has none, whatever the typings say
+    let headerBytes = req.getUrl().length + query.length;
+    let forwardedFor = '';
+    req.forEach((k, v) => {
+      headerBytes += k.length + v.length + 4;
+      if (k === 'x-forwarded-for') forwardedFor = forwardedFor === '' ? v : `${forwardedFor},${v}`;
+    });
+    const key = req.getHeader('sec-websocket-key');
+    const refusal = checkHandshake({ headerBytes, version: req.getHeader('sec-websocket-version'), key, origin: req.getHeader('origin') },
+      { maxHeaderBytes: cfg.maxHeaderBytes, origins: this.origins });
+    if (refusal !== undefined) {
+      this.refuse(res, refusal);
+      return;
+    }
+    const ip = clientAddress(Buffer.from(res.getRemoteAddressAsText()).toString(), forwardedFor, cfg.trustProxy);
+    const offered = req.getHeader('sec-websocket-protocol');
+    const extensions = req.getHeader('sec-websocket-extensions');
+    const protocol = chooseSubprotocol(offered);
+    const token = this.verifier === null ? undefined
+      : tokenFrom({ authorization: req.getHeader('authorization'), protocols: offered, query });
+    const span = this.ctx.tracing?.upgrade(req.getHeader('traceparent'));
+    // uWS requires an abort handler while the upgrade waits.
+    let aborted = false;
+    res.onAborted(() => {
+      aborted = true;
+      this.ctx.counters.upgrades.aborted++;
+    });
+    this.admit(ip, token, span).then((who) => {
+      let outcome: string;
+      if (aborted) outcome = 'aborted';
+      else if (typeof who === 'number') outcome = this.refuseIp(res, who);
+      else if (typeof who === 'string') outcome = this.refuse(res, { reason: 'unauthorized', status: '401 Unauthorized', why: who });
+      else if (!this.available()) outcome = this.refuseUnavailable(res);
+      else outcome = this.accept(res, context, key, protocol, extensions, ip, who);
+      if (span !== undefined) {
+        span.setAttribute('sluice.outcome', outcome);
+        if (typeof who === 'object') span.setAttribute('sluice.tenant', who.tenant);
+        span.end();
+      }
+    }).catch((err: unknown) => {
+      // The window store or the key set failed (or a bug above): this
+      // upgrade gets a 503, the shard goes on.
+      this.ctx.lines.degraded.write({ err }, 'upgrade check failed');
+      endSpan(span, 'unavailable');
+      if (aborted) return;
+      try {
+        this.refuseUnavailable(res);
+      } catch {
+        // Already answered before the failure.
+      }
+    });
+  };
+
+  /**
+   * Who may come in: the identity, or the ms to wait (IP window full), or
+   * why the token was refused. Every attempt counts toward the IP window.
+   */
+  private async admit(ip: string, token: string | undefined, span: Span | undefined): Promise<Identity | number | string> {
+    const wait = await this.limits.connect(ip);
+    if (wait !== 0) return wait;
+    if (this.verifier === null) return ANONYMOUS;
+    if (token === undefined) return 'no token';
+    const auth = span === undefined ? undefined : this.ctx.tracing!.child(span, 'sluice.auth');
+    const v = await this.verifier.verify(token, Date.now());
+    endSpan(auth, v.ok ? undefined : 'unauthorized');
+    return v.ok ? v.identity : v.why;
+  }
+
+  /** A plain-HTTP refusal at the upgrade; no socket is opened. `why` goes to the debug log, never a token. */
+  refuse(res: HttpResponse, r: Refusal): Refusal['reason'] {
+    const ctx = this.ctx;
+    ctx.counters.upgrades[r.reason]++;
+    if (ctx.lines.refused.enabled) {
+      ctx.lines.refused.write({ reason: r.reason, why: r.why, ip: Buffer.from(res.getRemoteAddressAsText()).toString() }, 'upgrade refused');
+    }
+    res.cork(() => {
+      res.writeStatus(r.status);
+      if (r.header !== undefined) res.writeHeader(r.header[0], r.header[1]);
+      res.writeHeader('content-type', 'application/json').end(`{"reason":"${r.reason}"}`, true);
+    });
+    return r.reason;
+  }
+
+  private refuseIp(res: HttpResponse, waitMs: number): 'ip_rate_limited' {
+    this.ctx.counters.upgrades.ip_rate_limited++;
+    res.cork(() => {
+      res.writeStatus('429 Too Many Requests')
+        .writeHeader('retry-after', retryAfterSeconds(waitMs))
+        .writeHeader('content-type', 'application/json')
+        .end(`{"reason":"ip_rate_limited","retryAfterMs":${waitMs}}`, true);
+    });
+    return 'ip_rate_limited';
+  }
+
+  private refuseUnavailable(res: HttpResponse): 'unavailable' {
+    this.ctx.counters.upgrades.unavailable++;
+    const retryAfterMs = retryHint(this.ctx.cfg, Math.random);
+    res.cork(() => {
+      res.writeStatus('503 Service Unavailable')
+        .writeHeader('retry-after', retryAfterSeconds(retryAfterMs))
+        .writeHeader('content-type', 'application/json')
+        .end(`{"reason":"unavailable","retryAfterMs":${retryAfterMs}}`, true);
+    });
+    return 'unavailable';
+  }
+
+  private accept(res: HttpResponse, context: us_socket_context_t, key: string, protocol: string, extensions: string, ip: string,
+    who: Identity): 'accepted' {
+    const t = this.ctx.task;
+    const data = newSocketData(`${t.nodeId}.${t.shard}.${t.generation}.${(++this.seq).toString(36)}`, who, ip);
+    this.ctx.counters.upgrades.accepted++;
+    // Not res.cork(): see upgradeCorked.
+    upgradeCorked(res, () => res.upgrade(data, key, protocol, extensions, context));
+    return 'accepted';
+  }
+}

@@ -1,0 +1,135 @@
+/**
+ * Fan-out: every event the broker delivers to this shard goes to its
+ * subscribed sockets. Healthy sockets get it through the uWS topic (one
+ * serialization, corked native writes); congested ones through their
+ * mailbox in the slow lane; sockets replaying history through their
+ * recovery. WS_COALESCE_INTERVAL_MS holds keyed events first.
+ */
+import { Coalescer, type Delivery } from '@sluice/core';
+import { EventClass } from '@sluice/protocol';
+import type { TemplatedApp } from '@sluice/uws';
+import type { SlowLane } from '../slow-lane.ts';
+import type { ShardContext } from './context.ts';
+import type { ShardMetrics } from './metrics.ts';
+import type { Recoveries, Recovery } from './recovery.ts';
+import type { Socket, SocketData } from './socket-data.ts';
+import type { Topics } from './topics.ts';
+
+/**
+ * How often congested sockets are looked for while events flow: a socket on
+ * the native lane can pass the soft limit by at most what its topics deliver
+ * in this time before it moves to its mailbox.
+ */
+const LANE_SWEEP_MS = 10;
+
+export class FanOut {
+  /** WS_COALESCE_INTERVAL_MS: keyed events held per (topic, key), newest wins. */
+  private readonly coalescer: Coalescer<Delivery> | null;
+  private coalesceTimer: NodeJS.Timeout | undefined;
+  private readonly released: Delivery[] = [];
+  private laneTimer: NodeJS.Timeout | undefined;
+  private deliveredSinceSweep = false;
+  private idleSweeps = 0;
+  /** Unsent bytes of every socket of this shard, summed by the last sweep. */
+  bufferedBytes = 0;
+
+  constructor(
+    private readonly ctx: ShardContext,
+    private readonly app: TemplatedApp,
+    private readonly lane: SlowLane<SocketData>,
+    private readonly topics: Topics<Recovery>,
+    private readonly recoveries: Recoveries,
+    private readonly metrics: ShardMetrics,
+    private readonly sockets: ReadonlySet<Socket>,
+  ) {
+    const interval = ctx.cfg.coalesceIntervalMs;
+    this.coalescer = interval > 0 ? new Coalescer<Delivery>(interval) : null;
+  }
+
+  start(): void {
+    this.laneTimer = setInterval(() => this.sweepLanes(), LANE_SWEEP_MS);
+    this.laneTimer.unref();
+  }
+
+  stop(): void {
+    if (this.laneTimer !== undefined) clearInterval(this.laneTimer);
+    if (this.coalesceTimer !== undefined) clearTimeout(this.coalesceTimer);
+  }
+
+  /** The broker's delivery callback. */
+  readonly deliver = (ev: Delivery): void => {
+    const c = this.coalescer;
+    if (c !== null && ev.key !== undefined && ev.cls === EventClass.Keyed) {
+      const held = c.size;
+      if (!c.offer(ev.topic, ev.key, ev, Date.now())) {
+        // Held: at most one event per (topic, key) per interval leaves this
+        // shard, so each socket gets at most one; the newest held one wins,
+        // and one it replaced counts as superseded.
+        if (c.size === held) this.lane.counters.dropped.superseded++;
+        this.armCoalesceTimer();
+        return;
+      }
+    }
+    this.fanOut(ev);
+  };
+
+  private armCoalesceTimer(): void {
+    if (this.coalesceTimer !== undefined || this.coalescer === null) return;
+    const at = this.coalescer.nextDueAt();
+    if (at === undefined) return;
+    this.coalesceTimer = setTimeout(() => {
+      this.coalesceTimer = undefined;
+      const now = Date.now();
+      this.coalescer!.due(now, this.released);
+      for (const ev of this.released) this.fanOut(ev);
+      this.released.length = 0;
+      this.coalescer!.forget(now - this.ctx.cfg.coalesceIntervalMs);
+      this.armCoalesceTimer();
+    }, Math.max(0, at - Date.now()));
+  }
+
+  private fanOut(ev: Delivery): void {
+    const now = Date.now();
+    this.deliveredSinceSweep = true;
+    if (ev.at !== 0) this.metrics.deliveryLag.observe(ev.cls, now > ev.at ? (now - ev.at) / 1000 : 0);
+    const tracing = this.ctx.tracing;
+    const span = tracing === null ? undefined : tracing.fanOut(ev, this.app.numSubscribers(ev.topic));
+    const buffering = this.lane.beforeNative(ev, now);
+    // Native subscribers without a backlog get the event written out when uWS
+    // drains its topic queue at the end of this turn; those with one (the
+    // watched sockets) are counted when their buffer empties.
+    this.lane.counters.sent += this.app.numSubscribers(ev.topic) - buffering;
+    this.app.publish(ev.topic, ev.frame, false, false);
+    this.lane.deliver(ev, now);
+    const t = this.topics.get(ev.topic);
+    if (t !== undefined) {
+      if (ev.id !== undefined) t.lastLive = ev.id;
+      if (t.recoveries !== null) this.recoveries.live(t.recoveries, ev);
+    }
+    span?.end();
+  }
+
+  /**
+   * Every LANE_SWEEP_MS: moves sockets that passed the soft limit to the slow
+   * lane, evicts what waited too long, and sums unsent bytes for the gauge.
+   */
+  private sweepLanes(): void {
+    const now = Date.now();
+    // While events flow, every tick; when nothing was delivered, every tenth
+    // (slow-lane sockets still need their congestion timers checked).
+    if (!this.deliveredSinceSweep && ++this.idleSweeps < 10) return;
+    this.deliveredSinceSweep = false;
+    this.idleSweeps = 0;
+    let buffered = 0;
+    for (const ws of this.sockets) {
+      const d = ws.getUserData();
+      if (!d.open) continue;
+      const b = ws.getBufferedAmount();
+      buffered += b;
+      this.lane.settle(ws, d, b);
+      this.lane.check(ws, d, now, b);
+      if (d.open) this.lane.watchIf(ws, b);
+    }
+    this.bufferedBytes = buffered;
+  }
+}

@@ -1,0 +1,290 @@
+/**
+ * A shard: one worker thread, one uWS app listening on the shared port
+ * (SO_REUSEPORT lets the kernel spread connections over the shards). It owns
+ * its sockets from upgrade to close and applies the socket guard before any
+ * frame is decoded. It talks to the rest of the node only through its Broker
+ * and the shared flags.
+ *
+ * This file is the composition root: it makes each part once, wires them,
+ * answers the coordinator, and has the one teardown for stop and crash. The
+ * parts: admission (upgrades), session (frames and commands), topics,
+ * recovery, fan-out (with the slow lane), replies, drain, metrics, tracing.
+ */
+import { effectiveSlowBufferBytes, retryHint, type WindowState } from '@sluice/core';
+import { PROTOCOL_VERSION } from '@sluice/protocol';
+import { IndexedHistogram, loadTracing, registerThreadMetrics } from '@sluice/telemetry';
+import { loadUws, type us_listen_socket, useUpgradeCork, type Uws } from '@sluice/uws';
+import type { FromShardControl, ToShardControl } from '../control.ts';
+import { Limits } from '../limits.ts';
+import { MeshBroker } from '../mesh-broker.ts';
+import { REDIS_OPS, RedisBroker, RedisOp } from '../redis-broker.ts';
+import type { ShardBroker } from '../shard-broker.ts';
+import { Flag, SharedState } from '../shared-state.ts';
+import { SlowLane } from '../slow-lane.ts';
+import { Admission } from './admission.ts';
+import { buildApp } from './app.ts';
+import { ShardContext } from './context.ts';
+import { drainTick } from './drain.ts';
+import { FanOut } from './fanout.ts';
+import { ShardMetrics } from './metrics.ts';
+import { Recoveries, type Recovery } from './recovery.ts';
+import { Replies } from './replies.ts';
+import { Session } from './session.ts';
+import type { SocketData } from './socket-data.ts';
+import type { ShardExit, ShardTask } from './task.ts';
+import { Topics } from './topics.ts';
+import { ShardTracing } from './tracing.ts';
+
+export type { ShardExit, ShardTask } from './task.ts';
+
+export default async function runShard(task: ShardTask): Promise<ShardExit> {
+  // WS_TRACING_MODULE registers an SDK in this thread's copy of the OpenTelemetry API.
+  const tracer = await loadTracing(task.config.tracingModule, PROTOCOL_VERSION);
+  return new Shard(task, tracer === null ? null : new ShardTracing(tracer, task.config, task.shard)).run();
+}
+
+/**
+ * The shard this thread runs now. After a crash the thread is not ended
+ * (uWS aborts the whole process if a thread exits while its app still holds
+ * a connection, and a half-received handshake is one that JavaScript cannot
+ * reach); the coordinator starts the shard again, usually on this thread.
+ */
+let active: Shard | undefined;
+let hooked = false;
+
+function hookProcess(): void {
+  if (hooked) return;
+  hooked = true;
+  process.on('uncaughtException', (err) => active?.die(err));
+  process.on('unhandledRejection', (err) => active?.die(err instanceof Error ? err : new Error(String(err))));
+}
+
+class Shard {
+  private readonly ctx: ShardContext;
+  private readonly uws: Uws;
+  private readonly shared: SharedState;
+  private readonly broker: ShardBroker;
+  private readonly limits: Limits;
+  private readonly metrics = new ShardMetrics();
+  private readonly session: Session;
+  private readonly fanOut: FanOut;
+  private readonly threadMetrics: { stop(): void };
+  /** Settles waiting for the coordinator's memory window store. */
+  private readonly settles = new Map<number, (states: readonly WindowState[]) => void>();
+  private settleRid = 0;
+  private listenSocket: us_listen_socket | null = null;
+  private sweepTimer: NodeJS.Timeout | undefined;
+  private stopping = false;
+  private dying = false;
+  private finish: (exit: ShardExit) => void = () => {};
+  private fail: (err: Error) => void = () => {};
+
+  constructor(private readonly task: ShardTask, tracing: ShardTracing | null) {
+    const ctx = (this.ctx = new ShardContext(task, tracing));
+    const cfg = ctx.cfg;
+    this.uws = loadUws(task.uws).uws;
+    this.shared = new SharedState(task.shared);
+    const mesh = new MeshBroker(task.shard, cfg.workers, cfg, ctx.log);
+    const registry = this.metrics.registry;
+    // Cluster mode: how long Redis commands took, by operation.
+    const redisLatency = cfg.redisUrl === undefined ? undefined : new IndexedHistogram(registry, 'sluice_redis_command_seconds',
+      'How long Redis commands took, answered or failed (cluster mode), by operation.', 'op', REDIS_OPS);
+    this.broker = cfg.redisUrl === undefined ? mesh
+      : new RedisBroker(task.shard, mesh, cfg, ctx.log, (op, seconds) => redisLatency!.observe(op, seconds));
+    this.limits = new Limits(cfg, this.broker instanceof RedisBroker ? this.broker.client : undefined,
+      (hits, limit, windowMs, now) => new Promise((resolve) => {
+        const rid = ++this.settleRid;
+        this.settles.set(rid, resolve);
+        this.tell({ op: 'settle', rid, hits, limit, windowMs, now });
+      }), ctx.log, (seconds) => redisLatency?.observe(RedisOp.Window, seconds));
+    for (const p of task.peers) this.broker.addPeer(p.shard, p.port);
+
+    const lane = new SlowLane<SocketData>(
+      {
+        maxBufferedBytes: cfg.maxBufferedBytes,
+        slowBufferBytes: effectiveSlowBufferBytes(cfg.slowClientBufferBytes, cfg.maxBufferedBytes).value,
+        maxCongestedMs: cfg.maxCongestedMs,
+      },
+      { ephemeralDropLen: cfg.ephemeralDropQueueLen, slowConsumerLen: cfg.slowConsumerQueueLen },
+      (ws, d, reason) => {
+        ctx.lines.closed.write({ conn: d.id, ip: d.ip, reason, queued: d.mailbox?.size ?? 0 }, 'closing a socket that reads too slowly');
+        this.session.close(ws, d, reason, retryHint(cfg, Math.random));
+      },
+    );
+    const topics = new Topics<Recovery>(this.broker, ctx.lines.degraded);
+    const recoveries = new Recoveries(ctx, this.broker, topics, lane);
+    this.session = new Session(ctx, {
+      metrics: this.metrics, broker: this.broker, limits: this.limits, shared: this.shared, topics, recoveries, lane, replies: new Replies(),
+    });
+    const admission = new Admission(ctx, this.limits, () => !this.unavailable());
+    const app = buildApp(this.uws, cfg, ctx.log, {
+      admission,
+      opened: this.session.opened,
+      message: this.session.message,
+      closed: this.session.closed,
+      writable: (ws) => lane.drained(ws, ws.getUserData(), Date.now()),
+      ready: () => this.shared.ready(cfg.workers, cfg.maxSockets),
+    });
+    this.fanOut = new FanOut(ctx, app, lane, topics, recoveries, this.metrics, this.session.sockets);
+    this.broker.onDelivery(this.fanOut.deliver);
+    task.control.on('message', (m: ToShardControl) => this.control(m));
+    this.metrics.register({
+      counters: ctx.counters, sockets: () => this.session.sockets.size, lane, bufferedBytes: () => this.fanOut.bufferedBytes,
+      broker: this.broker.stats, limits: this.limits, suppressed: ctx.suppressed,
+    });
+    this.threadMetrics = registerThreadMetrics(registry, `shard${task.shard}`);
+    this.app = app;
+  }
+
+  private readonly app: ReturnType<typeof buildApp>;
+
+  run(): Promise<ShardExit> {
+    active = this; // eslint-disable-line @typescript-eslint/no-this-alias -- the thread's process hooks reach the shard it runs now
+    hookProcess();
+    return new Promise<ShardExit>((resolve, reject) => {
+      this.finish = resolve;
+      this.fail = reject;
+      // Cluster mode: listen once Redis answers (or after a short wait, degraded as in an outage).
+      const connected = this.broker instanceof RedisBroker ? this.broker.connected(3000) : Promise.resolve();
+      // The coordinator's probe said, once for the process, which cork this allocator needs.
+      const cork = useUpgradeCork(this.uws, this.task.corkInPlace);
+      Promise.all([connected, cork]).then(() => this.listen(reject), reject);
+    });
+  }
+
+  private listen(reject: (err: Error) => void): void {
+    const cfg = this.ctx.cfg;
+    this.app.listen(cfg.host, this.task.listenPort, (ls) => {
+      if (ls === false) {
+        reject(new Error(`shard ${this.task.shard} could not listen on ${cfg.host}:${this.task.listenPort}`));
+        return;
+      }
+      this.listenSocket = ls;
+      this.sweepTimer = setInterval(() => this.broker.sweep(Date.now()), 1000);
+      this.sweepTimer.unref();
+      this.fanOut.start();
+      this.limits.start();
+      this.tell({ op: 'listening', port: this.uws.us_socket_local_port(ls as never) });
+    });
+  }
+
+  private unavailable(): boolean {
+    const cfg = this.ctx.cfg;
+    return this.stopping || this.shared.has(Flag.Draining) ||
+      (cfg.maxSockets !== 0 && this.shared.totalSockets(cfg.workers) >= cfg.maxSockets);
+  }
+
+  private control(m: ToShardControl): void {
+    switch (m.op) {
+      case 'stop':
+        this.stop();
+        return;
+      case 'drain': {
+        this.closeListenSocket();
+        const counters = this.ctx.counters;
+        counters.drained += drainTick(this.session.sockets, m.close, this.ctx.cfg,
+          (ws, d, retryAfterMs) => this.session.close(ws, d, 'unavailable', retryAfterMs));
+        return;
+      }
+      case 'metrics':
+        this.metrics.registry.getMetricsAsJSON().then((json) => this.tell({ op: 'metrics', rid: m.rid, json }), (err: unknown) => {
+          // A collector that threw: the scrape gets nothing from this shard, the shard goes on.
+          this.ctx.log.error({ err }, 'collecting metrics failed');
+          this.tell({ op: 'metrics', rid: m.rid, json: [] });
+        });
+        return;
+      case 'publish': {
+        // The coordinator sends an admin publish to the topic's owner: this shard.
+        // Its traceparent is the coordinator's `sluice.http.publish` span.
+        const tracing = this.ctx.tracing;
+        const traced = tracing === null ? undefined : tracing.publish(m.req.tenant, m.req);
+        this.broker.publish(m.req.tenant, traced?.req ?? m.req).then((res) => {
+          if (traced !== undefined) tracing!.endPublish(traced, res);
+          this.tell({ op: 'published', rid: m.rid, res });
+        }, (err: unknown) => {
+          this.ctx.lines.degraded.write({ err }, 'admin publish failed');
+          this.tell({ op: 'published', rid: m.rid, res: { ok: false, reason: 'unavailable' } });
+        });
+        return;
+      }
+      case 'peer':
+        this.broker.addPeer(m.shard, m.port);
+        return;
+      case 'settled': {
+        const done = this.settles.get(m.rid);
+        this.settles.delete(m.rid);
+        done?.(m.states);
+        return;
+      }
+    }
+  }
+
+  private tell(m: FromShardControl): void {
+    this.task.control.postMessage(m);
+  }
+
+  /** Closes the listen socket and every socket (1012 with a retry hint), then ends the task. */
+  private stop(): void {
+    if (this.stopping) return;
+    this.teardown();
+    const cfg = this.ctx.cfg;
+    const sockets = this.session.sockets;
+    for (const ws of [...sockets]) this.session.close(ws, ws.getUserData(), 'unavailable', retryHint(cfg, Math.random));
+    const deadline = Date.now() + 3000;
+    const poll = (): void => {
+      if (sockets.size > 0 && Date.now() < deadline) {
+        setTimeout(poll, 20);
+        return;
+      }
+      // Sockets whose peer never answered the close frame are cut: a worker
+      // thread that exits with a socket open aborts the whole process.
+      for (const ws of [...sockets]) ws.close();
+      this.broker.flush();
+      this.broker.close();
+      // The coordinator waits for the kernel to drop the connections still
+      // closing before it ends this thread (see proc-sockets.ts).
+      setImmediate(() => this.finish({ shard: this.task.shard }));
+    };
+    poll();
+  }
+
+  /**
+   * A bug reached the top of this thread. Close every socket and timer this
+   * shard holds and let go of its ports, then fail the task: the coordinator
+   * starts the shard again. The thread itself lives on (see `active`): the
+   * old app's unfinished handshakes time out there on their own, refused.
+   */
+  die(err: Error): void {
+    if (this.dying) return;
+    this.dying = true;
+    this.ctx.log.error({ err }, 'shard crashed; closing its sockets');
+    this.teardown();
+    // A hard close, not end(): the other shards keep running and the
+    // restart should not wait for peers to answer close frames.
+    for (const ws of [...this.session.sockets]) {
+      this.ctx.counters.closes.internal!++;
+      ws.close();
+    }
+    this.broker.close();
+    this.task.control.close();
+    this.fail(err);
+  }
+
+  /** What stop and crash both do first: no new sockets, no timers. */
+  private teardown(): void {
+    this.stopping = true;
+    this.closeListenSocket();
+    if (this.sweepTimer !== undefined) clearInterval(this.sweepTimer);
+    this.fanOut.stop();
+    this.session.stop();
+    this.limits.stop();
+    this.threadMetrics.stop();
+  }
+
+  private closeListenSocket(): void {
+    if (this.listenSocket !== null) {
+      this.uws.us_listen_socket_close(this.listenSocket);
+      this.listenSocket = null;
+    }
+  }
+}

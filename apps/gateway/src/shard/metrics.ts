@@ -1,0 +1,96 @@
+/**
+ * A shard's counters and its Prometheus registry. The counters are plain
+ * numbers bumped on the hot path; the registry reads them at scrape time
+ * (counterFrom/gaugeFrom), so nothing is observed per frame but the two
+ * latency histograms.
+ */
+import { type ErrorReason, ErrorReasons, type UpgradeRefusal, UpgradeRefusals } from '@sluice/protocol';
+import { counterFrom, gaugeFrom, IndexedHistogram, Registry, type SuppressedCounts } from '@sluice/telemetry';
+import type { BrokerStats } from '../shard-broker.ts';
+import type { LaneCounters } from '../slow-lane.ts';
+
+/** The `class` label of the latency histograms, indexed by EventClass. */
+export const CLASS_LABELS = ['durable', 'keyed', 'ephemeral'];
+
+export interface ShardCounters {
+  framesIn: number;
+  /** Sockets closed by the node's drain (1012). */
+  drained: number;
+  readonly rejections: Record<ErrorReason, number>;
+  readonly upgrades: Record<UpgradeRefusal | 'accepted' | 'aborted', number>;
+  readonly closes: Record<string, number>;
+}
+
+export function newCounters(): ShardCounters {
+  return {
+    framesIn: 0,
+    drained: 0,
+    rejections: zeros(ErrorReasons),
+    upgrades: zeros(['accepted', ...UpgradeRefusals, 'aborted']),
+    closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0, buffer_limit: 0, congested: 0, slow_consumer: 0,
+      token_expired: 0 },
+  };
+}
+
+function zeros<K extends string>(keys: readonly K[]): Record<K, number> {
+  return Object.fromEntries(keys.map((k) => [k, 0])) as Record<K, number>;
+}
+
+/** What the registry reads from the other parts at scrape time. */
+export interface MetricSources {
+  readonly counters: ShardCounters;
+  readonly sockets: () => number;
+  readonly lane: { readonly counters: LaneCounters; readonly sockets: number };
+  readonly bufferedBytes: () => number;
+  readonly broker: BrokerStats;
+  readonly limits: {
+    readonly redisCommands: number;
+    readonly stats: { readonly settles: Record<string, number>; readonly settled: Record<string, number>; readonly fallbacks: number };
+  };
+  readonly suppressed: SuppressedCounts;
+}
+
+export class ShardMetrics {
+  readonly registry = new Registry();
+  readonly ackLatency = new IndexedHistogram(this.registry, 'sluice_publish_ack_seconds',
+    'From a client publish frame received to its ok ack written, by class.', 'class', CLASS_LABELS);
+  readonly deliveryLag = new IndexedHistogram(this.registry, 'sluice_delivery_lag_seconds',
+    'From an event accepted by the broker (stored, for a durable one) to its fan-out by a subscribed shard, by class.', 'class', CLASS_LABELS);
+
+  register(s: MetricSources): void {
+    const r = this.registry;
+    const m = s.counters;
+    counterFrom(r, 'sluice_frames_in_total', 'Client frames received, accepted or not.', undefined, () => m.framesIn);
+    counterFrom(r, 'sluice_limit_rejections_total', 'Client frames rejected, by reason.', 'reason', () => m.rejections);
+    counterFrom(r, 'sluice_upgrades_total', 'WebSocket upgrades, by outcome.', 'outcome', () => m.upgrades);
+    counterFrom(r, 'sluice_clients_closed_total', 'Sockets the server closed, by reason.', 'reason', () => m.closes);
+    gaugeFrom(r, 'sluice_connected_sockets', 'Open WebSocket connections.', s.sockets);
+    counterFrom(r, 'sluice_drained_sockets_total', 'Sockets closed by a drain (1012).', undefined, () => m.drained);
+    counterFrom(r, 'sluice_messages_sent_total',
+      'Events sent to sockets. For a socket with a backlog (a quarter of the soft limit unsent, or in the slow lane) an event counts once its buffer is empty.',
+      undefined, () => s.lane.counters.sent);
+    counterFrom(r, 'sluice_messages_dropped_total', 'Events not delivered to a congested socket, by reason.', 'reason',
+      () => s.lane.counters.dropped);
+    gaugeFrom(r, 'sluice_buffered_bytes', 'Bytes written to sockets and not yet sent, all sockets (sampled).', s.bufferedBytes);
+    gaugeFrom(r, 'sluice_slow_lane_sockets', 'Sockets in the slow lane (a mailbox instead of native topics).', () => s.lane.sockets);
+    const stats = s.broker;
+    const limits = s.limits;
+    counterFrom(r, 'sluice_messages_published_total', 'Events accepted by the broker, by class.', 'class', () => stats.published);
+    counterFrom(r, 'sluice_publish_duplicates_total', 'Publishes answered from the idempotency table.', undefined, () => stats.duplicates);
+    gaugeFrom(r, 'sluice_history_topics', 'Topics with history held in memory (embedded mode).', () => stats.historyTopics);
+    counterFrom(r, 'sluice_redis_commands_total', 'Redis commands sent (cluster mode): bus, history and limits.', undefined,
+      () => stats.redisCommands + limits.redisCommands);
+    counterFrom(r, 'sluice_redis_errors_total', 'Redis commands that failed: unreachable, timed out or refused (cluster mode).', undefined,
+      () => stats.redisErrors);
+    counterFrom(r, 'sluice_limiter_settles_total', 'Batches of tenant and IP limit hits settled with a window store, by store.', 'store',
+      () => limits.stats.settles);
+    counterFrom(r, 'sluice_limiter_redis_commands_total', 'Redis commands sent to settle tenant and IP limits (part of sluice_redis_commands_total).',
+      undefined, () => limits.redisCommands);
+    counterFrom(r, 'sluice_limiter_settled_hits_total', 'Keys (tenants, addresses) settled in those batches, by store.', 'store',
+      () => limits.stats.settled);
+    counterFrom(r, 'sluice_log_lines_suppressed_total', 'Log lines left out by the per-kind log throttle (a flood of bad input), by level.',
+      'level', () => s.suppressed);
+    counterFrom(r, 'sluice_limiter_fallbacks_total', 'Limit settles Redis failed and this node\'s memory store took.', undefined,
+      () => limits.stats.fallbacks);
+  }
+}

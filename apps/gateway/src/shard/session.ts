@@ -1,0 +1,249 @@
+/**
+ * A socket's life after the upgrade: open and close, and every frame it
+ * sends: the guard (before anything is decoded), the decode, and the
+ * commands (publish, join, leave, ping). A rejected frame is answered and
+ * goes no further; the socket stays open unless it struck out.
+ */
+import { allows, clearStrikes, Guard, frameWindowWait, guardFrame, type PublishResult, strike, topicKey } from '@sluice/core';
+import { type CloseReason, decodeClientFrame, encodePong, encodeRejection, encodeReplyOk, type ErrorReason, type JoinFrame,
+  type LeaveFrame, PEEK_REF_BYTES, peekRef, type PublishFrame, welcomeFrame, welcomePrefix } from '@sluice/protocol';
+import { endSpan } from '@sluice/telemetry';
+import { ExpiryTimers } from '../expiry.ts';
+import type { Limits } from '../limits.ts';
+import type { ShardBroker } from '../shard-broker.ts';
+import type { SharedState } from '../shared-state.ts';
+import type { SlowLane } from '../slow-lane.ts';
+import type { ShardContext } from './context.ts';
+import type { ShardMetrics } from './metrics.ts';
+import type { Recoveries, Recovery } from './recovery.ts';
+import type { Replies } from './replies.ts';
+import { closeSocket, type Socket, type SocketData } from './socket-data.ts';
+import type { Topics } from './topics.ts';
+
+const CRASH_FRAME = '{"type":"debug.crash"}';
+const utf8 = new TextDecoder();
+
+export interface SessionParts {
+  readonly metrics: ShardMetrics;
+  readonly broker: ShardBroker;
+  readonly limits: Limits;
+  readonly shared: SharedState;
+  readonly topics: Topics<Recovery>;
+  readonly recoveries: Recoveries;
+  readonly lane: SlowLane<SocketData>;
+  readonly replies: Replies;
+}
+
+export class Session {
+  /** Every open socket of this shard. */
+  readonly sockets = new Set<Socket>();
+  private readonly welcome: string;
+  private readonly expiry = new ExpiryTimers<Socket>((ws) => this.close(ws, ws.getUserData(), 'token_expired'));
+
+  constructor(private readonly ctx: ShardContext, private readonly p: SessionParts) {
+    this.welcome = welcomePrefix(ctx.cfg.heartbeatMs, ctx.cfg);
+  }
+
+  /** Closes a socket with the code and JSON reason of the protocol's close table. */
+  close(ws: Socket, d: SocketData, reason: CloseReason, retryAfterMs?: number): void {
+    closeSocket(ws, d, reason, this.ctx.counters.closes, retryAfterMs);
+  }
+
+  stop(): void {
+    this.expiry.clear();
+  }
+
+  readonly opened = (ws: Socket): void => {
+    const d = ws.getUserData();
+    this.sockets.add(ws);
+    this.p.shared.addSockets(this.ctx.task.shard, 1);
+    ws.send(welcomeFrame(this.welcome, d.id), false);
+    if (d.expiresAt !== Infinity) {
+      // The token may have expired between its check and now.
+      if (d.expiresAt <= Date.now()) this.close(ws, d, 'token_expired');
+      else this.expiry.add(ws, d.expiresAt);
+    }
+  };
+
+  readonly closed = (ws: Socket): void => {
+    const d = ws.getUserData();
+    d.open = false;
+    this.sockets.delete(ws);
+    this.p.shared.addSockets(this.ctx.task.shard, -1);
+    if (d.expiresAt !== Infinity) this.expiry.delete(ws, d.expiresAt);
+    this.p.lane.forget(ws, d);
+    if (d.topics !== null) {
+      // uWS already removed the socket from its native topics.
+      for (const key of d.topics.values()) {
+        this.p.recoveries.cancel(d, key);
+        this.p.topics.release(key);
+      }
+      d.topics = null;
+    }
+  };
+
+  readonly message = (ws: Socket, buf: ArrayBuffer, isBinary: boolean): void => {
+    const d = ws.getUserData();
+    if (!d.open) return;
+    const ctx = this.ctx;
+    const cfg = ctx.cfg;
+    ctx.counters.framesIn++;
+    const now = Date.now();
+    switch (guardFrame(d, buf.byteLength, isBinary, now, cfg)) {
+      case Guard.Pass:
+        break;
+      case Guard.HardCap:
+        ctx.lines.closed.write({ conn: d.id, ip: d.ip, bytes: buf.byteLength }, 'closing socket: frame above the hard cap');
+        this.close(ws, d, 'payload_too_large');
+        return;
+      case Guard.RateLimited:
+        this.reject(ws, d, peek(buf), 'rate_limited', frameWindowWait(d, now, cfg.rateWindowMs));
+        return;
+      case Guard.Binary:
+        this.reject(ws, d, undefined, 'bad_request', undefined, 'binary frames are not accepted: send JSON text');
+        return;
+      case Guard.TooLarge:
+        this.reject(ws, d, peek(buf), 'payload_too_large', undefined, `frame above ${cfg.maxFrameBytes} bytes`);
+        return;
+    }
+    const text = utf8.decode(buf);
+    if (ctx.task.testHooks && text === CRASH_FRAME) throw new Error('debug.crash: shard crashed on purpose');
+    const r = decodeClientFrame(text);
+    if (!r.ok) {
+      this.reject(ws, d, r.ref, r.reason, undefined, r.message);
+      return;
+    }
+    const f = r.frame;
+    switch (f.type) {
+      case 'publish':
+        this.publish(ws, d, f);
+        return;
+      case 'join':
+        this.join(ws, d, f);
+        return;
+      case 'leave':
+        this.leave(ws, d, f);
+        return;
+      case 'ping':
+        clearStrikes(d);
+        ws.send(encodePong(f.ref), false);
+        return;
+    }
+  };
+
+  /** Answers a rejected frame; the frame goes no further and the socket stays open, unless it struck out. */
+  private reject(ws: Socket, d: SocketData, ref: string | undefined, reason: ErrorReason, retryAfterMs?: number, message?: string): void {
+    const ctx = this.ctx;
+    ctx.counters.rejections[reason]++;
+    ws.send(encodeRejection(ref, reason, retryAfterMs, message), false);
+    if (ctx.lines.rejected.enabled) ctx.lines.rejected.write({ conn: d.id, reason, ref }, 'frame rejected');
+    if (strike(d, reason, ctx.cfg.maxStrikes)) {
+      ctx.lines.closed.write({ conn: d.id, ip: d.ip, strikes: d.strikes }, 'closing socket: too many rejected frames in a row');
+      this.close(ws, d, 'abusive');
+    }
+  }
+
+  private publish(ws: Socket, d: SocketData, f: PublishFrame): void {
+    if (!allows(d.pub, f.topic)) {
+      this.reject(ws, d, f.ref, 'forbidden', undefined, `the token does not allow publishing to ${f.topic}`);
+      return;
+    }
+    const wait = this.p.limits.publish(d.tenantWindowKey, Date.now());
+    if (wait !== 0) {
+      this.reject(ws, d, f.ref, 'tenant_rate_limited', wait);
+      return;
+    }
+    clearStrikes(d);
+    d.inflight++;
+    let inline = true;
+    const t0 = performance.now();
+    const tracing = this.ctx.tracing;
+    const traced = tracing === null ? undefined : tracing.publish(d.tenant, f);
+    this.p.broker.publishThen(d.tenant, traced?.req ?? f, (res: PublishResult) => {
+      d.inflight--;
+      if (traced !== undefined) tracing!.endPublish(traced, res);
+      if (!d.open) return;
+      let reply: string;
+      if (!res.ok) reply = encodeRejection(f.ref, res.reason);
+      else if (res.id === undefined) reply = encodeReplyOk(f.ref);
+      else reply = encodeReplyOk(f.ref, res.duplicate ? `{"id":"${res.id}","duplicate":true}` : `{"id":"${res.id}"}`);
+      // Answered within this message handler (this shard owns the topic):
+      // uWS corks the handler's sends, and the send drains the event that
+      // app.publish queued for this socket first.
+      if (inline) ws.send(reply, false);
+      else this.p.replies.queue(ws, reply);
+      if (res.ok) this.p.metrics.ackLatency.observe(f.cls, (performance.now() - t0) / 1000);
+    });
+    inline = false;
+  }
+
+  private join(ws: Socket, d: SocketData, f: JoinFrame): void {
+    if (d.topics?.has(f.topic) === true) {
+      clearStrikes(d);
+      ws.send(encodeReplyOk(f.ref), false);
+      return;
+    }
+    if (!allows(d.join, f.topic)) {
+      this.reject(ws, d, f.ref, 'forbidden', undefined, `the token does not allow joining ${f.topic}`);
+      return;
+    }
+    const maxJoins = this.ctx.cfg.maxJoins;
+    if ((d.topics?.size ?? 0) >= maxJoins) {
+      this.reject(ws, d, f.ref, 'too_many_joins', undefined, `at most ${maxJoins} joined topics per socket`);
+      return;
+    }
+    clearStrikes(d);
+    const key = topicKey(d.tenant, f.topic);
+    (d.topics ??= new Map()).set(f.topic, key);
+    const since = f.since;
+    const span = this.ctx.tracing?.join(f.topic, d.tenant, since !== undefined);
+    const { topics, lane } = this.p;
+    topics.acquire(key, (ok) => {
+      if (!d.open) {
+        endSpan(span, 'closed');
+        return;
+      }
+      if (d.topics?.get(f.topic) !== key) {
+        // Left before the join completed: the join happened, the leave undid it.
+        ws.cork(() => ws.send(encodeReplyOk(f.ref), false));
+        endSpan(span);
+        return;
+      }
+      if (!ok) {
+        d.topics.delete(f.topic);
+        topics.release(key);
+        ws.cork(() => ws.send(encodeRejection(f.ref, 'unavailable'), false));
+        endSpan(span, 'unavailable');
+        return;
+      }
+      if (since === undefined) {
+        ws.cork(() => {
+          lane.subscribe(ws, d, key);
+          ws.send(encodeReplyOk(f.ref), false);
+        });
+        endSpan(span);
+        return;
+      }
+      this.p.recoveries.start(ws, d, f, key, since, span);
+    });
+  }
+
+  private leave(ws: Socket, d: SocketData, f: LeaveFrame): void {
+    const key = d.topics?.get(f.topic);
+    if (key === undefined) {
+      this.reject(ws, d, f.ref, 'not_joined', undefined, `not joined to ${f.topic}`);
+      return;
+    }
+    clearStrikes(d);
+    d.topics!.delete(f.topic);
+    this.p.recoveries.cancel(d, key);
+    this.p.lane.unsubscribe(ws, key);
+    this.p.topics.release(key);
+    ws.send(encodeReplyOk(f.ref), false);
+  }
+}
+
+/** The `ref` of a frame the guard refused, read from its first bytes without decoding it. */
+function peek(buf: ArrayBuffer): string | undefined {
+  return peekRef(Buffer.from(buf, 0, Math.min(buf.byteLength, PEEK_REF_BYTES)).toString('latin1'));
+}

@@ -1,0 +1,74 @@
+/**
+ * Per-socket state, typed, stored as the uWS user data. Made once at the
+ * upgrade (admission.ts); each part of the shard states the slice of it it
+ * reads and writes.
+ */
+import type { FixedWindowState, Identity, Mailbox, MailItem, Rights, StrikeState } from '@sluice/core';
+import { type CloseReason, closeSpecs, encodeCloseReason } from '@sluice/protocol';
+import type { WebSocket } from '@sluice/uws';
+import { tenantWindowKey } from '../limits.ts';
+import type { LaneData } from '../slow-lane.ts';
+
+export interface SocketData extends FixedWindowState, StrikeState, LaneData {
+  readonly id: string;
+  /** Who the socket is: fixed at the upgrade, never changed. */
+  readonly tenant: string;
+  /** The tenant's publish-window key, made once here rather than per frame. */
+  readonly tenantWindowKey: string;
+  readonly user: string;
+  /** The client address (X-Forwarded-For only behind WS_TRUST_PROXY). */
+  readonly ip: string;
+  /** Topics the socket may join and publish to. */
+  readonly join: Rights;
+  readonly pub: Rights;
+  /** The token's exp in ms; Infinity without a token. The socket is closed with 4001 then. */
+  readonly expiresAt: number;
+  /** False from the moment the shard decided to close it (or it closed): nothing more is sent. */
+  open: boolean;
+  /** Publishes sent to the broker whose ack the client has not been sent yet. */
+  inflight: number;
+  /** Joined topics: client name to tenant-scoped key. Created on first join. */
+  topics: Map<string, string> | null;
+  /** Since when the socket's unsent bytes are above the soft limit; -1 when they are not. */
+  congestedSince: number;
+  /** The socket's mailbox while it is in the slow lane. */
+  mailbox: Mailbox<MailItem> | null;
+  unsent: number;
+}
+
+export type Socket = WebSocket<SocketData>;
+
+/** Every field set, in one order, so that every socket's data has one shape. */
+export function newSocketData(id: string, who: Identity, ip: string): SocketData {
+  return {
+    id,
+    tenant: who.tenant,
+    tenantWindowKey: tenantWindowKey(who.tenant),
+    user: who.user,
+    ip,
+    join: who.join,
+    pub: who.publish,
+    expiresAt: who.expiresAt,
+    open: true,
+    strikes: 0,
+    inflight: 0,
+    topics: null,
+    congestedSince: -1,
+    mailbox: null,
+    unsent: 0,
+    windowStart: 0,
+    windowCount: 0,
+  };
+}
+
+/**
+ * Closes a socket with the code and JSON reason of the protocol's close
+ * table, once: a socket already closing is left alone. `closes` counts it.
+ */
+export function closeSocket(ws: Socket, d: { open: boolean }, reason: CloseReason, closes: Record<string, number>,
+  retryAfterMs?: number): void {
+  if (!d.open) return;
+  d.open = false;
+  closes[reason] = (closes[reason] ?? 0) + 1;
+  ws.end(closeSpecs[reason].code, encodeCloseReason(reason, retryAfterMs));
+}

@@ -1,0 +1,32 @@
+/**
+ * The contract between the coordinator and a shard thread: what a shard is
+ * started with and what it ends with. The coordinator imports this file,
+ * never the worker module.
+ */
+import type { MessagePort } from 'node:worker_threads';
+import type { Config } from '@sluice/core';
+
+export interface ShardTask {
+  readonly shard: number;
+  /** Restart count of this shard, part of connection ids so they never repeat. */
+  readonly generation: number;
+  readonly nodeId: string;
+  readonly config: Config;
+  readonly shared: SharedArrayBuffer;
+  /** To and from the coordinator. */
+  readonly control: MessagePort;
+  /** One port to every other shard. */
+  readonly peers: readonly { readonly shard: number; readonly port: MessagePort }[];
+  /** The concrete public port (the first shard may get 0 and report what it bound). */
+  readonly listenPort: number;
+  /** Enables the `debug.crash` frame that tests use to crash a shard on purpose. */
+  readonly testHooks: boolean;
+  /** The uWS build the coordinator loaded (its upstream version): every shard loads the same. */
+  readonly uws: string;
+  /** The coordinator's cork probe: whether an upgrade keeps the socket's address (see @sluice/uws's cork.ts). */
+  readonly corkInPlace: boolean;
+}
+
+export interface ShardExit {
+  readonly shard: number;
+}

@@ -90,9 +90,9 @@ export class SlowLane<D extends LaneData> {
 
   /**
    * Events that uWS had buffered for a socket count as sent once its buffer
-   * is empty (on a drain, or when a sweep finds it so).
+   * is empty (when uWS says it is writable, or a sweep finds it so).
    */
-  settle(ws: WebSocket<D>, d: D, buffered: number): void {
+  countSent(ws: WebSocket<D>, d: D, buffered: number): void {
     if (d.unsent > 0 && buffered === 0) {
       this.counters.sent += d.unsent;
       d.unsent = 0;
@@ -120,10 +120,10 @@ export class SlowLane<D extends LaneData> {
     }
   }
 
-  /** uWS drained some of the socket's buffer. */
-  drained(ws: WebSocket<D>, d: D, now: number): void {
+  /** uWS's `drain` event: some of the socket's buffer went out, it is writable again. */
+  writable(ws: WebSocket<D>, d: D, now: number): void {
     if (d.mailbox !== null) this.tick(ws, d, now);
-    this.settle(ws, d, ws.getBufferedAmount());
+    this.countSent(ws, d, ws.getBufferedAmount());
   }
 
   /** A joined topic of a socket: native when healthy, in the mailbox's care when slow. */

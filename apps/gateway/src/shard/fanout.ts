@@ -126,7 +126,7 @@ export class FanOut {
       if (!d.open) continue;
       const b = ws.getBufferedAmount();
       buffered += b;
-      this.lane.settle(ws, d, b);
+      this.lane.countSent(ws, d, b);
       this.lane.check(ws, d, now, b);
       if (d.open) this.lane.watchIf(ws, b);
     }

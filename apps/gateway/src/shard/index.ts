@@ -122,7 +122,7 @@ class Shard {
       opened: this.session.opened,
       message: this.session.message,
       closed: this.session.closed,
-      writable: (ws) => lane.drained(ws, ws.getUserData(), Date.now()),
+      writable: (ws) => lane.writable(ws, ws.getUserData(), Date.now()),
       ready: () => this.shared.ready(cfg.workers, cfg.maxSockets),
     });
     this.fanOut = new FanOut(ctx, app, lane, topics, recoveries, this.metrics, this.session.sockets);

@@ -3,7 +3,8 @@
 // each subscriber got, the reconnect arrival rate from polled counters, the
 // time until a share of the dropped clients is back, and the results table.
 
-import { peakInWindow, timeToShare } from '../src/lib/drainstats.ts';
+import { timeToShare } from '../src/lib/series.ts';
+
 
 /** One acknowledged durable publish: its topic, the id the ack carried, and the publish's own key (`<client>.<n>`, also in its data). */
 export interface Acked {
@@ -143,85 +144,6 @@ export function checkHistory(acked: readonly Acked[], history: ReadonlyMap<strin
   }
   return out;
 }
-
-// ---- rates from polled counters ------------------------------------------------------
-
-/** One poll of a node: ms on the run's clock, and the raw counter as the node reported it. */
-export interface CounterPoll {
-  readonly ms: number;
-  readonly value: number;
-  /** Which start of the process answered (a new one counts from 0 again). */
-  readonly gen?: number;
-}
-
-/**
- * Makes a counter series monotonic across restarts of the process that
- * exports it: when the poll comes from another start (`gen`), or its value is
- * below the one before, the process counted from 0 again, so that value is
- * all growth. The first poll is the baseline (0).
- */
-export function accumulate(polls: readonly CounterPoll[]): CounterPoll[] {
-  const out: CounterPoll[] = [];
-  let total = 0;
-  let prev: CounterPoll | undefined;
-  for (const p of polls) {
-    if (prev !== undefined) total += p.gen === prev.gen && p.value >= prev.value ? p.value - prev.value : p.value;
-    prev = p;
-    out.push({ ms: p.ms, value: total });
-  }
-  return out;
-}
-
-/**
- * The sum of several monotonic series polled at their own times: at each
- * poll of any of them, the sum of the latest value of each (0 before its
- * first poll).
- */
-export function sumSeries(series: readonly (readonly CounterPoll[])[]): CounterPoll[] {
-  const all = series.flatMap((s, i) => s.map((p) => ({ i, p }))).sort((x, y) => x.p.ms - y.p.ms);
-  const latest = new Array<number>(series.length).fill(0);
-  return all.map(({ i, p }) => {
-    latest[i] = p.value;
-    return { ms: p.ms, value: latest.reduce((a, b) => a + b, 0) };
-  });
-}
-
-/**
- * Growth of a (monotonic) counter per bucket of `widthMs` from `fromMs` to
- * `toMs`: what a poll saw since the poll before goes to the bucket the poll
- * falls in. Polls outside the range are left out (a growth seen by the first
- * poll inside it is counted).
- */
-export function bucketGrowth(polls: readonly CounterPoll[], fromMs: number, toMs: number, widthMs: number): number[] {
-  if (!(widthMs > 0) || !(toMs > fromMs)) return [];
-  const out = new Array<number>(Math.ceil((toMs - fromMs) / widthMs)).fill(0);
-  for (let i = 1; i < polls.length; i++) {
-    const p = polls[i]!;
-    if (p.ms < fromMs || p.ms >= toMs) continue;
-    out[Math.floor((p.ms - fromMs) / widthMs)]! += Math.max(0, p.value - polls[i - 1]!.value);
-  }
-  return out;
-}
-
-/**
- * The highest growth per second of a monotonic counter over any stretch of at
- * least `windowMs` between two polls in [fromMs, toMs] (for each later poll,
- * the closest earlier poll at least `windowMs` before it). With polls every
- * 100 ms and a window of 1000 ms, this is the peak arrivals in one second.
- */
-export function peakRate(polls: readonly CounterPoll[], windowMs: number, fromMs = -Infinity, toMs = Infinity): number {
-  const ps = polls.filter((p) => p.ms >= fromMs && p.ms <= toMs);
-  let best = 0;
-  let i = 0;
-  for (let j = 1; j < ps.length; j++) {
-    while (i + 1 < j && ps[j]!.ms - ps[i + 1]!.ms >= windowMs) i++;
-    const dt = ps[j]!.ms - ps[i]!.ms;
-    if (dt >= windowMs) best = Math.max(best, ((ps[j]!.value - ps[i]!.value) / dt) * 1000);
-  }
-  return best;
-}
-
-export { peakInWindow, timeToShare };
 
 // ---- reconnects --------------------------------------------------------------------
 

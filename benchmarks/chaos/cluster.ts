@@ -4,17 +4,14 @@
 // front (see haproxy.ts for why two). Every process is started by pid and
 // stopped by pid, also when the run fails or the harness is interrupted.
 
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startRedis, type RedisServer } from '@sluice/redis/testing';
-import { GATEWAY_MAIN } from '../src/lib/server.ts';
-import { REPO_ROOT, shellWithFileLimit } from '../src/lib/spawn.ts';
-import { promByLabel } from '../src/lib/series.ts';
+import { metricByLabel, metricSum, PLAIN_ENV, startGateway, type Gateway } from '@sluice/gateway/testing';
 import { Haproxy } from './haproxy.ts';
-import type { CounterPoll } from './analysis.ts';
+import type { CounterPoll } from '../src/lib/series.ts';
 
 /** Processes to kill if the harness goes away before it stopped them. */
 const live = new Set<{ killNow(): void }>();
@@ -51,13 +48,9 @@ function canBind(port: number): Promise<boolean> {
 
 /** One gateway node: restartable on the same ports; error lines and peak RSS counted over every process it ran as. */
 export class GatewayNode {
-  private proc: ChildProcess | undefined;
-  private exited: Promise<void> = Promise.resolve();
-  private buf = '';
-  exitCode: number | null = null;
-  exitSignal: string | null = null;
+  private gw: Gateway | undefined;
   starts = 0;
-  /** Between its ready line and the next signal: a failed /metrics poll then counts. */
+  /** Between its ready message and the next signal: a failed /metrics poll then counts. */
   serving = false;
   errorLines = 0;
   readonly errorExamples: string[] = [];
@@ -68,8 +61,7 @@ export class GatewayNode {
   readonly notable: string[] = [];
   readonly stderrExamples: string[] = [];
   peakRssBytes = 0;
-  readonly tail: string[] = [];
-  /** Called with every parsed log line (the scenario looks for `drain finished`). */
+  /** Called with every log record (the scenario looks for `drain finished`). */
   onLine: ((rec: Record<string, unknown>) => void) | undefined;
 
   constructor(readonly name: string, readonly port: number, readonly adminPort: number, private readonly env: Record<string, string>) {
@@ -77,80 +69,52 @@ export class GatewayNode {
   }
 
   get pid(): number | undefined {
-    return this.alive ? this.proc?.pid : undefined;
+    return this.alive ? this.gw?.pid : undefined;
   }
 
   get alive(): boolean {
-    return this.proc !== undefined && this.proc.exitCode === null && this.proc.signalCode === null;
+    return this.gw?.alive === true;
   }
+
+  get exitCode(): number | null { return this.gw?.exitCode ?? null; }
+  get exitSignal(): string | null { return this.gw?.exitSignal ?? null; }
 
   async start(timeoutMs = 60_000): Promise<void> {
     if (this.alive) throw new Error(`${this.name} is running`);
     this.starts++;
-    this.exitCode = null;
-    this.exitSignal = null;
-    const p = spawn('/bin/sh', shellWithFileLimit([process.execPath, '--import', 'tsx', GATEWAY_MAIN]), {
-      cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, ...this.env, PORT: String(this.port), ADMIN_PORT: String(this.adminPort) },
-    });
-    this.proc = p;
-    this.exited = new Promise((r) => p.once('exit', (code, signal) => { this.exitCode = code; this.exitSignal = signal; r(); }));
-    let ready: ((port: number) => void) | undefined;
-    const readyP = new Promise<number>((r) => (ready = r));
-    this.buf = '';
-    p.stdout!.setEncoding('utf8');
-    p.stdout!.on('data', (chunk: string) => {
-      this.buf += chunk;
-      let nl: number;
-      while ((nl = this.buf.indexOf('\n')) !== -1) {
-        const line = this.buf.slice(0, nl);
-        this.buf = this.buf.slice(nl + 1);
-        this.tail.push(line);
-        if (this.tail.length > 30) this.tail.shift();
-        let rec: Record<string, unknown>;
-        try { rec = JSON.parse(line) as Record<string, unknown>; } catch { continue; }
-        if (rec['level'] === 'warn' && !String(rec['msg']).startsWith('unknown')) {
-          const k = String(rec['msg']);
-          this.warnings.set(k, (this.warnings.get(k) ?? 0) + 1);
-        }
-        if (rec['level'] !== 'info' && rec['level'] !== 'debug' && this.notable.length < 40) this.notable.push(line.slice(0, 600));
-        if (rec['level'] === 'error' || rec['level'] === 'fatal') {
-          this.errorLines++;
-          if (this.errorExamples.length < 5) this.errorExamples.push(`${this.name}: ${line.slice(0, 400)}`);
-        }
-        if (rec['msg'] === 'gateway ready' && typeof rec['port'] === 'number') ready?.(rec['port']);
-        this.onLine?.(rec);
+    const onLog = (rec: Record<string, unknown>): void => {
+      const line = JSON.stringify(rec);
+      if (rec['level'] === 'warn' && !String(rec['msg']).startsWith('unknown')) {
+        const k = String(rec['msg']);
+        this.warnings.set(k, (this.warnings.get(k) ?? 0) + 1);
       }
-    });
-    p.stderr!.setEncoding('utf8');
-    p.stderr!.on('data', (chunk: string) => {
-      for (const l of chunk.split('\n')) {
-        if (l.trim() === '') continue;
-        this.stderrLines++;
-        if (this.stderrExamples.length < 5) this.stderrExamples.push(`${this.name}: ${l.slice(0, 300)}`);
+      if (rec['level'] !== 'info' && rec['level'] !== 'debug' && this.notable.length < 40) this.notable.push(line.slice(0, 600));
+      if (rec['level'] === 'error' || rec['level'] === 'fatal') {
+        this.errorLines++;
+        if (this.errorExamples.length < 5) this.errorExamples.push(`${this.name}: ${line.slice(0, 400)}`);
       }
-    });
-    let timer: NodeJS.Timeout | undefined;
-    const outcome = await Promise.race([
-      readyP.then((port) => ({ port })),
-      this.exited.then(() => ({ exited: true as const })),
-      new Promise<{ timeout: true }>((r) => { timer = setTimeout(() => r({ timeout: true }), timeoutMs); }),
-    ]);
-    clearTimeout(timer);
-    if ('port' in outcome) {
-      this.serving = true;
-      // The port the node says it listens on must be the one it was given: a node that took another is no node of this run.
-      if (outcome.port !== this.port) { this.killNow(); throw new Error(`${this.name} listens on ${outcome.port}, not ${this.port}`); }
-      this.sampleRss();
-      return;
+      this.onLine?.(rec);
+    };
+    const onStderr = (l: string): void => {
+      if (l.trim() === '') return;
+      this.stderrLines++;
+      if (this.stderrExamples.length < 5) this.stderrExamples.push(`${this.name}: ${l.slice(0, 300)}`);
+    };
+    try {
+      this.gw = await startGateway({ ...this.env, PORT: String(this.port), ADMIN_PORT: String(this.adminPort) },
+        { defaults: PLAIN_ENV, raiseFileLimit: true, timeoutMs, onLog, onStderr });
+    } catch (err) {
+      throw new Error(`${this.name}: ${(err as Error).message}`, { cause: err });
     }
-    this.killNow();
-    throw new Error(`${this.name}: ${'timeout' in outcome ? `no ready line in ${timeoutMs} ms` : `exited at start (${this.exitCode ?? this.exitSignal})`}\n    ${this.tail.join('\n    ')}`);
+    this.serving = true;
+    // The port the node says it listens on must be the one it was given: a node that took another is no node of this run.
+    if (this.gw.port !== this.port) { this.killNow(); throw new Error(`${this.name} listens on ${this.gw.port}, not ${this.port}`); }
+    this.sampleRss();
   }
 
   signal(sig: NodeJS.Signals): void {
     this.serving = false;
-    if (this.alive) this.proc!.kill(sig);
+    this.gw?.signal(sig);
   }
 
   killNow(): void {
@@ -159,18 +123,13 @@ export class GatewayNode {
 
   /** Waits up to `ms` for the process to exit; true when it did. */
   async waitExit(ms: number): Promise<boolean> {
-    if (!this.alive) return true;
-    let t: NodeJS.Timeout | undefined;
-    const ok = await Promise.race([this.exited.then(() => true), new Promise<boolean>((r) => { t = setTimeout(() => r(false), ms); })]);
-    clearTimeout(t);
-    return ok;
+    return this.gw === undefined || this.gw.waitExit(ms);
   }
 
   /** SIGTERM (the drain), SIGKILL after `graceMs`. */
   async stop(graceMs: number): Promise<void> {
-    if (!this.alive) return;
-    this.signal('SIGTERM');
-    if (!(await this.waitExit(graceMs))) { this.killNow(); await this.waitExit(5000); }
+    this.serving = false;
+    if (this.alive) await this.gw!.stop('SIGTERM', graceMs);
   }
 
   /** Reads VmHWM (the process's own peak RSS) into peakRssBytes. */
@@ -184,7 +143,8 @@ export class GatewayNode {
   }
 
   async metrics(timeoutMs = 1000): Promise<string> {
-    return (await fetch(`http://127.0.0.1:${this.adminPort}/metrics`, { signal: AbortSignal.timeout(timeoutMs) })).text();
+    if (this.gw === undefined) throw new Error(`${this.name} never started`);
+    return this.gw.metrics(timeoutMs);
   }
 
   async ready(): Promise<boolean> {
@@ -242,8 +202,8 @@ export class Poller {
             const text = await n.metrics(Math.max(200, this.everyMs * 5));
             // The shards' counters are read somewhere between the request and the answer: a busy node answers late.
             const ms = (asked + this.now()) / 2;
-            const acc = promByLabel(text, 'sluice_upgrades_total', 'outcome')['accepted'] ?? 0;
-            const conn = promByLabel(text, 'sluice_connected_sockets', 'x')[''] ?? 0;
+            const acc = metricByLabel(text, 'sluice_upgrades_total', 'outcome')['accepted'] ?? 0;
+            const conn = metricSum(text, 'sluice_connected_sockets');
             this.raw.get(n.name)!.push({ ms, value: acc, gen: n.starts });
             this.connected.get(n.name)!.push({ ms, value: conn });
           } catch {

@@ -7,11 +7,9 @@
 // whatever happened.
 
 import { setTimeout as sleep } from 'node:timers/promises';
-import WebSocket from 'ws';
-import {
-  accumulate, ackedByTopic, checkHistory, mergeDeliveryChecks, peakInWindow, peakRate, reconnectStats, sumSeries,
-  type CounterPoll, type HistoryEvent, type ScenarioResult, type StepResult,
-} from './analysis.ts';
+import { Client } from '@sluice/gateway/testing';
+import { ackedByTopic, checkHistory, mergeDeliveryChecks, reconnectStats, type HistoryEvent, type ScenarioResult, type StepResult } from './analysis.ts';
+import { accumulate, peakInWindow, peakRate, sumSeries, type CounterPoll } from '../src/lib/series.ts';
 import { Cluster, type GatewayNode, Poller } from './cluster.ts';
 import { durableTopic, Fleet, keyedTopic, type Roles, type Status } from './fleet.ts';
 
@@ -69,31 +67,18 @@ async function until(check: () => Promise<boolean> | boolean, ms: number, everyM
 
 /** Every event of `topic` in history, read by a plain socket straight to a node joining with since 0-0. */
 async function readHistory(node: GatewayNode, topic: string, trimmed: string[]): Promise<HistoryEvent[]> {
-  const ws = new WebSocket(`ws://127.0.0.1:${node.port}/ws`, ['sluice.v1'], { localAddress: '127.0.0.10' });
-  const events: HistoryEvent[] = [];
+  const c = await Client.connect(`ws://127.0.0.1:${node.port}/ws`, { localAddress: '127.0.0.10' });
   try {
-    return await new Promise<HistoryEvent[]>((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error(`history of ${topic}: no reply in 10 s`)), 10_000);
-      ws.on('error', (e) => { clearTimeout(t); reject(e); });
-      ws.on('close', (code) => { clearTimeout(t); reject(new Error(`history of ${topic}: closed ${code}`)); });
-      ws.on('message', (data) => {
-        const f = JSON.parse(String(data)) as { type?: string; topic?: string; id?: string; data?: { p?: unknown; n?: unknown }; status?: string; ref?: string };
-        if (f.type === 'welcome') ws.send(JSON.stringify({ type: 'join', ref: 'h', topic, since: '0-0' }));
-        else if (f.type === 'event' && f.topic === topic && typeof f.id === 'string') {
-          const d = f.data;
-          events.push({ id: f.id, key: typeof d === 'object' && d !== null && typeof d.p === 'number' ? `${d.p}.${String(d.n)}` : undefined });
-        } else if (f.type === 'reply' && f.ref === 'h') {
-          clearTimeout(t);
-          if (f.status !== 'ok') { reject(new Error(`history of ${topic}: ${JSON.stringify(f)}`)); return; }
-          // recovered: false from 0-0 means the history no longer reaches back to the topic's first event (WS_HISTORY_SIZE or TTL).
-          if ((f as { data?: { recovered?: unknown } }).data?.recovered === false) trimmed.push(topic);
-          resolve(events);
-        }
-      });
+    const reply = await c.request({ type: 'join', topic, since: '0-0' }, 10_000);
+    if (reply['status'] !== 'ok') throw new Error(`history of ${topic}: ${JSON.stringify(reply)}`);
+    // recovered: false from 0-0 means the history no longer reaches back to the topic's first event (WS_HISTORY_SIZE or TTL).
+    if ((reply['data'] as { recovered?: unknown } | undefined)?.recovered === false) trimmed.push(topic);
+    return c.takeEvents(topic).filter((f) => typeof f['id'] === 'string').map((f) => {
+      const d = f['data'] as { p?: unknown; n?: unknown } | null;
+      return { id: f['id'] as string, key: typeof d === 'object' && d !== null && typeof d.p === 'number' ? `${d.p}.${String(d.n)}` : undefined };
     });
   } finally {
-    ws.removeAllListeners('close');
-    ws.terminate();
+    c.ws.terminate();
   }
 }
 

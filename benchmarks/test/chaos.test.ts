@@ -10,9 +10,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  accumulate, ackedByTopic, bucketGrowth, checkHistory, checkSubscription, emptyDeliveryCheck, mergeDeliveryChecks, peakInWindow, peakRate,
-  reconnectStats, renderTable, sumSeries, timeToShare, violations, type Acked, type ScenarioResult,
+  ackedByTopic, checkHistory, checkSubscription, emptyDeliveryCheck, mergeDeliveryChecks, reconnectStats, renderTable, violations, type Acked, type ScenarioResult,
 } from '../chaos/analysis.ts';
+import { accumulate, bucketGrowth, peakInWindow, peakRate, sumSeries, timeToShare } from '../src/lib/series.ts';
 import { requireSystemDep } from '../../tools/system-deps.mjs';
 import { DEPLOY_CFG, haproxyConfig, parseShowStat } from '../chaos/haproxy.ts';
 import { topicsOf, type Roles } from '../chaos/fleet.ts';

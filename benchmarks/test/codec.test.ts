@@ -1,9 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  Kind, S_BASE, T_BASE, classify, dataJson, eventDataPos, eventS, eventT, joinFrame, publishTemplate, replyRef,
+  Kind, S_BASE, T_BASE, classify, dataJson, eventDataPos, eventS, eventT, joinFrame, patchDigits, publishTemplate, replyRef,
 } from '../src/lib/codec.ts';
-import { patchDigits, unmaskClientFrame } from '../src/lib/frames.ts';
+import { decodeFrame as unmaskClientFrame } from '@sluice/gateway/testing';
 
 const kindOf = (proto: 'sluice' | 'sio', text: string): number => {
   const b = Buffer.from(text);

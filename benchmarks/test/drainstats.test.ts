@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { bucketCounts, chiSquareSurvival, chiSquareUniform, histogram, shareWithin } from '../src/lib/drainstats.ts';
+import { bucketCounts, chiSquareSurvival, chiSquareUniform, histogram, shareWithin } from '../src/lib/series.ts';
 import { drainMaxMs } from '../src/scenarios/drain.ts';
 
 test('bucketCounts counts whole buckets from the start and drops the partial last one', () => {

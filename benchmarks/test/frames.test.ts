@@ -1,8 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  FrameSplitter, OP_PING, OP_TEXT, encodeClientFrame, encodeServerFrame, patchDigits, readDigits, unmaskClientFrame,
-} from '../src/lib/frames.ts';
+import { FrameSplitter, Op, decodeFrame, encodeFrame } from '@sluice/gateway/testing';
+import { encodeClientFrame, patchDigits, readDigits } from '../src/lib/codec.ts';
+
+const OP_TEXT = Op.Text;
+const OP_PING = Op.Ping;
+const unmaskClientFrame = decodeFrame;
+const encodeServerFrame = (payload: string, opcode: number = Op.Text): Buffer => encodeFrame({ opcode, payload, mask: false });
 
 function collect(): { frames: Array<{ op: number; text: string }>; split: FrameSplitter } {
   const frames: Array<{ op: number; text: string }> = [];

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { busiestThreads, expositionStats, maxOf, percentile, perScrapeNs, splitCpu, threadDelta } from '../src/scenarios/metrics.ts';
+import { busiestThreads, expositionStats, perScrapeNs, splitCpu, threadDelta } from '../src/scenarios/metrics.ts';
+import { maxOf, percentile } from '../src/lib/series.ts';
 
 test('percentile is nearest-rank over the finite values, in any order', () => {
   const xs = [5, 1, 4, 2, 3, 6, 7, 8, 9, 10];

@@ -5,8 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { RawConn, type ConnHandlers } from '../src/lib/conn.ts';
-import { Kind, S_BASE, T_BASE, eventDataPos, eventS, eventT, joinFrame, publishTemplate, replyRef, type Proto } from '../src/lib/codec.ts';
-import { patchDigits } from '../src/lib/frames.ts';
+import { Kind, S_BASE, T_BASE, eventDataPos, eventS, eventT, joinFrame, patchDigits, publishTemplate, replyRef, type Proto } from '../src/lib/codec.ts';
 import type { PeerHandle } from '../src/peers/common.ts';
 import { startUwsPeer } from '../src/peers/uws.ts';
 import { startWsPeer } from '../src/peers/ws.ts';

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { closesByCode, linearSlope, promByLabel, secondHalfSlope } from '../src/lib/series.ts';
+import { metricByLabel as promByLabel } from '@sluice/gateway/testing';
+import { closesByCode, linearSlope, secondHalfSlope } from '../src/lib/series.ts';
 
 test('linearSlope is the least-squares slope; NaN without two distinct x', () => {
   assert.equal(linearSlope([0, 1, 2, 3], [1, 3, 5, 7]), 2);

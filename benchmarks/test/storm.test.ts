@@ -1,6 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { drainMaxMs, peakInWindow, peakPollRate, pollBuckets, runStorm, S9_DEFAULT, timeToShare, variantOf, type Poll } from '../src/scenarios/storm.ts';
+import { drainMaxMs, runStorm, S9_DEFAULT, variantOf, type Poll } from '../src/scenarios/storm.ts';
+import { bucketGrowth, peakInWindow, peakRate, timeToShare } from '../src/lib/series.ts';
+
+// S9 reads B's counter (and CPU) through the series module's counter functions.
+const pollBuckets = (polls: readonly Poll[], n: number): number[] => bucketGrowth(polls.map((p) => ({ ms: p.ms, value: p.accepted })), 0, n * 100, 100);
+const peakPollRate = (polls: readonly Poll[], gap: number, key: 'accepted' | 'cpuS' = 'accepted'): number => peakRate(polls.map((p) => ({ ms: p.ms, value: p[key] })), gap);
 import { ratios, rows } from '../src/report/summary.ts';
 import { mergeRuns, methodSection, renderStormSvg, rowsTables, type RunRecord } from '../src/report/render.ts';
 import type { Sample } from '../src/scenarios/common.ts';

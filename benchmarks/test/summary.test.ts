@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { median, ratios, rows } from '../src/report/summary.ts';
+import { median } from '../src/lib/series.ts';
+import { ratios, rows } from '../src/report/summary.ts';
 import { checkGates, type Gate } from '../src/report/gates.ts';
 import { classifyBound, failedSample, type Sample } from '../src/scenarios/common.ts';
 import type { TargetName } from '../src/lib/server.ts';

@@ -102,7 +102,7 @@ export class RawWs {
 
   /** Everything the server sent that is not a parsed frame (the HTTP answer of a refused handshake). */
   get rawBytes(): Buffer {
-    return this.upgraded ? this.splitter.buffered : this.buf;
+    return this.upgraded ? this.splitter.remainder() : this.buf;
   }
 
   /** The server's text frames parsed as JSON (the gateway only sends JSON text). */

@@ -9,9 +9,74 @@
 // The publish `ref` (Socket.IO: the ack id) carries T as well, so a reply
 // gives its round-trip time without any client-side bookkeeping.
 
-import { encodeClientFrame, bytesAt, indexWithin, readDigits, type ClientFrame } from './frames.ts';
+import { encodeFrame, Op } from '@sluice/gateway/testing';
 
 export type Proto = 'sluice' | 'sio';
+
+/** A masked client frame (built by the kit's codec) plus where its payload starts, for patching. */
+export interface ClientFrame {
+  readonly bytes: Buffer;
+  readonly payloadOffset: number;
+  readonly mask: Buffer;
+}
+
+/**
+ * Frames are built once with a fixed non-zero mask key (so that servers do the
+ * real unmasking work), and only fixed-width digit fields are patched before
+ * each send.
+ */
+export const DEFAULT_MASK = Buffer.from([0x37, 0xfa, 0x21, 0x3d]);
+
+export function encodeClientFrame(payload: Buffer | string, opcode: number = Op.Text): ClientFrame {
+  const bytes = encodeFrame({ opcode, payload, maskKey: DEFAULT_MASK });
+  return { bytes, payloadOffset: bytes.length - Buffer.byteLength(payload), mask: DEFAULT_MASK };
+}
+
+/**
+ * Writes `value` as exactly `width` decimal digits at payload position `pos`
+ * of a masked frame that starts at `frameStart` inside `buf`. The value must
+ * have exactly `width` digits (templates add 10^(width-1) so JSON numbers
+ * never get a leading zero).
+ */
+export function patchDigits(
+  buf: Buffer, frameStart: number, frame: ClientFrame, pos: number, value: number, width: number,
+): void {
+  const mask = frame.mask;
+  const base = frameStart + frame.payloadOffset;
+  let v = value;
+  for (let i = width - 1; i >= 0; i--) {
+    const d = v % 10;
+    v = (v - d) / 10;
+    buf[base + pos + i] = (48 + d) ^ mask[(pos + i) & 3]!;
+  }
+}
+
+/** Parses ASCII decimal digits at buf[pos...] up to the first non-digit; -1 when none. */
+export function readDigits(buf: Buffer, pos: number, end: number): number {
+  let v = 0;
+  let i = pos;
+  for (; i < end; i++) {
+    const c = buf[i]! - 48;
+    if (c < 0 || c > 9) break;
+    v = v * 10 + c;
+  }
+  return i === pos ? -1 : v;
+}
+
+/** True when buf[pos, pos + needle.length) equals needle. */
+export function bytesAt(buf: Buffer, pos: number, needle: Buffer): boolean {
+  if (pos + needle.length > buf.length) return false;
+  for (let i = 0; i < needle.length; i++) if (buf[pos + i] !== needle[i]) return false;
+  return true;
+}
+
+/** Finds needle inside buf[start, end); -1 when absent. */
+export function indexWithin(buf: Buffer, needle: Buffer, start: number, end: number): number {
+  const i = buf.indexOf(needle, start);
+  return i === -1 || i + needle.length > end ? -1 : i;
+}
+
+
 
 export const T_WIDTH = 15;
 export const T_BASE = 1e14; // T = T_BASE + microseconds: always 15 digits, never a leading zero

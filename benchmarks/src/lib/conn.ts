@@ -4,8 +4,8 @@
 // connect ack). Everything after that belongs to the scenario's handlers.
 
 import net from 'node:net';
-import { FrameSplitter, OP_CLOSE, OP_PING, OP_PONG, OP_TEXT, encodeClientFrame, upgradeRequest } from './frames.ts';
-import { Kind, SIO_CONNECT, SIO_PONG, classify, paths, type Proto } from './codec.ts';
+import { FrameSplitter, Op, upgradeRequest } from '@sluice/gateway/testing';
+import { Kind, SIO_CONNECT, SIO_PONG, classify, encodeClientFrame, paths, type Proto } from './codec.ts';
 import { monoUs } from './clock.ts';
 
 export interface Target {
@@ -58,7 +58,7 @@ export class RawConn {
     const key = `${target.host}:${target.port}:${target.proto}`;
     let req = upgradeCache.get(key);
     if (req === undefined) {
-      req = upgradeRequest(target.host, target.port, paths(target.proto));
+      req = Buffer.from(upgradeRequest(target.port, { host: target.host, path: paths(target.proto), protocols: [], key: 'dGhlIHNhbXBsZSBub25jZQ==' }).request);
       upgradeCache.set(key, req);
     }
     const upgrade = req;
@@ -117,7 +117,7 @@ export class RawConn {
   }
 
   private onFrame(op: number, _fin: boolean, buf: Buffer, s: number, e: number): void {
-    if (op === OP_TEXT) {
+    if (op === Op.Text) {
       const kind = classify(this.target.proto, buf, s, e);
       if (kind === Kind.Ping) { this.sock.write(SIO_PONG); return; }
       if (this.state === 'ready') { this.handlers.frame(this, kind, buf, s, e, chunkNow); return; }
@@ -131,8 +131,8 @@ export class RawConn {
       if (kind === Kind.Error) this.close(`refused: ${buf.toString('utf8', s, Math.min(e, s + 120))}`);
       return;
     }
-    if (op === OP_PING) { this.sock.write(encodeClientFrame(buf.subarray(s, e), OP_PONG).bytes); return; }
-    if (op === OP_CLOSE) {
+    if (op === Op.Ping) { this.sock.write(encodeClientFrame(buf.subarray(s, e), Op.Pong).bytes); return; }
+    if (op === Op.Close) {
       const code = e - s >= 2 ? buf.readUInt16BE(s) : 1005;
       this.close(`ws close ${code} ${buf.toString('utf8', s + 2, e)}`);
     }

@@ -1,10 +1,10 @@
-// The servers under test, each started as its own process from the repo root,
-// told apart only by how they start and where they report their stall gauge.
+// The servers under test, each started as its own process by the gateway's
+// test kit, told apart only by how they start and where they report their
+// stall gauge.
 
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { BENCH_ROOT, REPO_ROOT, shellWithFileLimit } from './spawn.ts';
+import { parseMetrics, PLAIN_ENV, startGateway, type Gateway } from '@sluice/gateway/testing';
+import { BENCH_ROOT, REPO_ROOT } from './spawn.ts';
 import { cpuSeconds, rssBytes } from './proc.ts';
 import type { Proto } from './codec.ts';
 import { loadUws } from '@sluice/uws';
@@ -37,116 +37,44 @@ export const TARGETS: Readonly<Record<TargetName, TargetSpec>> = {
   sio: { name: 'sio', proto: 'sio', threads: 1, describe: 'Socket.IO 4.8, one thread, websocket transport only, rooms + acks' },
 };
 
-export const GATEWAY_MAIN = join(REPO_ROOT, 'apps/gateway/src/main.ts');
 const PEER_MAIN = join(BENCH_ROOT, 'src/peers/main.ts');
 
 /**
- * Limits that would throttle or refuse benchmark traffic are lifted; every
- * other setting is the gateway's default. Unknown WS_* variables only warn,
- * so limits the gateway does not have yet are harmless.
+ * Over the kit's test environment (free ports, loopback, per-IP and
+ * per-tenant windows lifted, no drain delay), the per-socket window is
+ * lifted too; every other setting is the gateway's default.
  */
-export function gatewayEnv(workers: number): Record<string, string> {
+function gatewayEnv(workers: number): Record<string, string> {
   return {
-    PORT: '0',
-    ADMIN_PORT: '0',
-    HOST: '127.0.0.1',
-    ADMIN_HOST: '127.0.0.1',
     WS_WORKERS: String(workers),
-    LOG_LEVEL: 'info', // the ready line is logged at info; nothing per frame or per socket is
     WS_MAX_MESSAGES: '1000000', // per-socket fixed window; the default of 20/s would throttle every scenario
-    WS_TENANT_MSG_LIMIT: '100000000', // every benchmark socket is tenant "default"
-    WS_IP_CONNECT_LIMIT: '1000000', // S4/S5 open 15k sockets from 8 loopback addresses
-    WS_DRAIN_DELAY_MS: '0', // the run closes its sockets before SIGTERM; do not wait to exit
   };
 }
 
-export function gatewayAvailable(): boolean {
-  return existsSync(GATEWAY_MAIN);
-}
-
+/**
+ * One server under test, started by the kit (@sluice/gateway/testing): the
+ * gateway from source, or a peer, which sends the same ready message.
+ */
 export class ServerProc {
-  readonly lines: string[] = [];
-  exitCode: number | null = null;
-  exitSignal: string | null = null;
-  private exited: Promise<void>;
-
-  private constructor(
-    readonly spec: TargetSpec,
-    readonly proc: ChildProcess,
-    readonly pid: number,
-    readonly port: number,
-    readonly adminPort: number | undefined,
-    exited: Promise<void>,
-    lines: string[],
-  ) {
-    this.exited = exited;
-    this.lines = lines;
-  }
+  private constructor(readonly spec: TargetSpec, readonly gw: Gateway) {}
 
   /** `extraEnv` overrides the environment above (S7: the drain settings). */
-  static start(spec: TargetSpec, timeoutMs = 60_000, extraEnv: Record<string, string> = {}): Promise<ServerProc> {
-    let argv: string[];
-    let env: Record<string, string>;
-    if (spec.name.startsWith('sluice')) {
-      if (!gatewayAvailable()) return Promise.reject(new Error(`${GATEWAY_MAIN} does not exist yet`));
-      argv = [process.execPath, '--import', 'tsx', GATEWAY_MAIN];
-      env = { ...gatewayEnv(spec.threads), ...(spec.name === 'sluice-traced' ? { WS_TRACING_MODULE: BENCH_TRACING_MODULE } : {}), ...extraEnv };
-    } else {
-      argv = [process.execPath, '--import', 'tsx', PEER_MAIN, spec.name];
-      env = { PORT: '0', HOST: '127.0.0.1' };
-    }
-    const proc = spawn('/bin/sh', shellWithFileLimit(argv), {
-      cwd: REPO_ROOT,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, ...env },
-    });
-    const lines: string[] = [];
-    const keep = (line: string): void => {
-      lines.push(line);
-      if (lines.length > 40) lines.shift();
-    };
-    let exitInfo: { code: number | null; signal: string | null } | null = null;
-    const exited = new Promise<void>((r) => proc.once('exit', (code, signal) => { exitInfo = { code, signal }; r(); }));
-    return new Promise<ServerProc>((resolve, reject) => {
-      let done = false;
-      const fail = (why: string): void => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        if (exitInfo === null && proc.pid !== undefined) process.kill(proc.pid, 'SIGKILL');
-        reject(new Error(`${spec.name}: ${why}\n  last output:\n    ${lines.join('\n    ')}`));
-      };
-      const timer = setTimeout(() => fail(`no ready line in ${timeoutMs} ms`), timeoutMs);
-      let partial = '';
-      proc.stdout!.setEncoding('utf8');
-      proc.stdout!.on('data', (chunk: string) => {
-        partial += chunk;
-        let nl: number;
-        while ((nl = partial.indexOf('\n')) !== -1) {
-          const line = partial.slice(0, nl);
-          partial = partial.slice(nl + 1);
-          keep(line);
-          if (done || !line.startsWith('{')) continue;
-          let msg: { msg?: unknown; port?: unknown; adminPort?: unknown };
-          try { msg = JSON.parse(line) as typeof msg; } catch { continue; }
-          if ((msg.msg === 'gateway ready' || msg.msg === 'peer ready') && typeof msg.port === 'number') {
-            done = true;
-            clearTimeout(timer);
-            const s = new ServerProc(spec, proc, proc.pid!, msg.port, typeof msg.adminPort === 'number' ? msg.adminPort : undefined, exited, lines);
-            void exited.then(() => { s.exitCode = exitInfo?.code ?? null; s.exitSignal = exitInfo?.signal ?? null; });
-            resolve(s);
-          }
-        }
-      });
-      proc.stderr!.setEncoding('utf8');
-      proc.stderr!.on('data', (chunk: string) => { for (const l of chunk.split('\n')) if (l !== '') keep(`[stderr] ${l}`); });
-      void exited.then(() => fail(`exited before ready (code ${String(exitInfo?.code)}, signal ${String(exitInfo?.signal)})`));
-    });
+  static async start(spec: TargetSpec, timeoutMs = 60_000, extraEnv: Record<string, string> = {}): Promise<ServerProc> {
+    const opts = { raiseFileLimit: true, timeoutMs } as const;
+    const gw = spec.name.startsWith('sluice')
+      ? await startGateway({ ...gatewayEnv(spec.threads), ...(spec.name === 'sluice-traced' ? { WS_TRACING_MODULE: BENCH_TRACING_MODULE } : {}), ...extraEnv }, opts)
+      : await startGateway({}, { ...opts, command: [process.execPath, '--import', 'tsx', PEER_MAIN, spec.name], cwd: REPO_ROOT, defaults: PLAIN_ENV });
+    return new ServerProc(spec, gw);
   }
 
-  get alive(): boolean {
-    return this.exitCode === null && this.exitSignal === null;
-  }
+  get port(): number { return this.gw.port; }
+  get adminPort(): number { return this.gw.adminPort; }
+  get pid(): number { return this.gw.pid; }
+  get alive(): boolean { return this.gw.alive; }
+  get exitCode(): number | null { return this.gw.exitCode; }
+  get exitSignal(): string | null { return this.gw.exitSignal; }
+  /** The server's log records (the gateway's; a peer logs nothing). */
+  get logs(): readonly Record<string, unknown>[] { return this.gw.logs; }
 
   cpuSeconds(): number {
     return cpuSeconds(this.pid);
@@ -159,15 +87,9 @@ export class ServerProc {
   /** Longest event-loop stall since start, ms (max over threads for the gateway); undefined when not exported. */
   async stallMaxMs(): Promise<number | undefined> {
     try {
-      if (this.spec.proto === 'sluice' && this.spec.name.startsWith('sluice')) {
-        if (this.adminPort === undefined) return undefined;
-        const text = await (await fetch(`http://127.0.0.1:${this.adminPort}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
-        let max: number | undefined;
-        for (const m of text.matchAll(/^sluice_eventloop_stall_max_seconds(?:\{[^}]*\})?\s+(\S+)/gm)) {
-          const v = Number(m[1]) * 1000;
-          if (Number.isFinite(v)) max = max === undefined ? v : Math.max(max, v);
-        }
-        return max;
+      if (this.spec.name.startsWith('sluice')) {
+        const v = parseMetrics(await this.gw.metrics()).filter((m) => m.name === 'sluice_eventloop_stall_max_seconds' && Number.isFinite(m.value));
+        return v.length === 0 ? undefined : Math.max(...v.map((m) => m.value)) * 1000;
       }
       const body = await (await fetch(`http://127.0.0.1:${this.port}/stats`, { signal: AbortSignal.timeout(5000) })).json() as { stallMaxMs?: unknown };
       return typeof body.stallMaxMs === 'number' ? body.stallMaxMs : undefined;
@@ -177,23 +99,18 @@ export class ServerProc {
   }
 
   /** Waits up to `timeoutMs` for the process to exit by itself; true when it did. */
-  async waitExit(timeoutMs: number): Promise<boolean> {
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = new Promise<false>((r) => { timer = setTimeout(() => r(false), timeoutMs); });
-    const ok = await Promise.race([this.exited.then(() => true as const), timedOut]);
-    clearTimeout(timer);
-    return ok;
+  waitExit(timeoutMs: number): Promise<boolean> {
+    return this.gw.waitExit(timeoutMs);
   }
 
   /** SIGTERM, then SIGKILL after `graceMs`. Resolves with how it ended. */
   async stop(graceMs = 40_000): Promise<{ code: number | null; signal: string | null; killed: boolean }> {
     let killed = false;
     if (this.alive) {
-      process.kill(this.pid, 'SIGTERM');
-      const timer = setTimeout(() => { killed = true; process.kill(this.pid, 'SIGKILL'); }, graceMs);
-      await this.exited;
-      clearTimeout(timer);
+      this.gw.signal('SIGTERM');
+      killed = !(await this.waitExit(graceMs));
     }
+    await this.gw.stop('SIGKILL');
     return { code: this.exitCode, signal: this.exitSignal, killed };
   }
 }

@@ -4,9 +4,8 @@
 
 import { RawConn, type ConnHandlers, type Target } from '../lib/conn.ts';
 import {
-  Kind, S_BASE, S_WIDTH, T_BASE, T_WIDTH, eventDataPos, eventS, eventT, joinFrame, publishTemplate, replyRef, type PublishTemplate,
+  Kind, S_BASE, S_WIDTH, T_BASE, T_WIDTH, eventDataPos, eventS, eventT, joinFrame, patchDigits, publishTemplate, replyRef, type PublishTemplate,
 } from '../lib/codec.ts';
-import { patchDigits } from '../lib/frames.ts';
 import { monoUs, stampNow } from '../lib/clock.ts';
 import { encodeHistogram, newHistogram, type Histogram } from '../lib/hist.ts';
 import { openFileLimit } from '../lib/proc.ts';

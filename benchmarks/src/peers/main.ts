@@ -1,6 +1,7 @@
 // Starts one peer as its own process: `node --import tsx src/peers/main.ts <uws|ws|sio>`.
-// Env PORT (0 = any free port), HOST (default 127.0.0.1). Prints one JSON line
-// {"msg":"peer ready","port":N} like the gateway's ready line; exits 0 on SIGTERM.
+// Env PORT (0 = any free port), HOST (default 127.0.0.1). Tells an IPC parent
+// it is ready as the gateway does, {type: 'sluice.ready', port, adminPort, pid}
+// (its /stats answer on its one port); exits 0 on SIGTERM.
 
 import { startUwsPeer } from './uws.ts';
 import { startWsPeer } from './ws.ts';
@@ -22,7 +23,8 @@ if (start === undefined || !Number.isInteger(port)) {
 }
 
 const peer = await start(port, host);
-process.stdout.write(`${JSON.stringify({ msg: 'peer ready', peer: kind, port: peer.port, pid: process.pid })}\n`);
+process.send?.({ type: 'sluice.ready', port: peer.port, adminPort: peer.port, pid: process.pid });
+process.channel?.unref();
 process.once('SIGTERM', () => {
   void peer.close().then(() => process.exit(0));
 });

@@ -7,7 +7,8 @@
 
 import type { TargetName } from '../lib/server.ts';
 import type { ScenarioId } from '../scenarios/common.ts';
-import { median, type Ratio, type Row } from './summary.ts';
+import { median } from '../lib/series.ts';
+import type { Ratio, Row } from './summary.ts';
 import type { Sample } from '../scenarios/common.ts';
 
 export interface Goal {

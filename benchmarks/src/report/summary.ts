@@ -2,15 +2,9 @@
 // target) and Sluice/peer ratios taken per repeat (both measured minutes
 // apart at most) and then the median over repeats.
 
+import { median } from '../lib/series.ts';
 import type { Bound, Sample, ScenarioId } from '../scenarios/common.ts';
 import type { TargetName } from '../lib/server.ts';
-
-export function median(xs: readonly number[]): number {
-  const v = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
-  if (v.length === 0) return NaN;
-  const m = v.length >> 1;
-  return v.length % 2 === 1 ? v[m]! : (v[m - 1]! + v[m]!) / 2;
-}
 
 /** What one row of a table shows; see README "Columns". */
 export interface Row {

@@ -20,7 +20,7 @@ import { startRedis, type RedisServer } from '@sluice/redis/testing';
 import { LoadPool } from '../loadgen/pool.ts';
 import { cpuSeconds } from '../lib/proc.ts';
 import { ServerProc, type TargetSpec } from '../lib/server.ts';
-import { promByLabel } from '../lib/series.ts';
+import { metricByLabel } from '@sluice/gateway/testing';
 import { fanoutOnce, oneNode, S3_DEFAULT, type FanoutConfig, type FanoutKey, type FanoutNodes, type FanoutRun } from './fanout.ts';
 import { diff, failedSample, interleave, otherUtil, type RunOptions, type Sample } from './common.ts';
 
@@ -114,7 +114,7 @@ async function probeRedis(nodes: readonly ServerProc[], redis: RedisProc): Promi
     redis.server.cli('info', 'commandstats'),
   ]);
   const sum = (name: string, label: string, value: string): number =>
-    texts.reduce((a, t) => a + (promByLabel(t, name, label)[value] ?? 0), 0);
+    texts.reduce((a, t) => a + (metricByLabel(t, name, label)[value] ?? 0), 0);
   return {
     redisCpuS,
     gatewayCommands: sum('sluice_redis_commands_total', 'x', ''),

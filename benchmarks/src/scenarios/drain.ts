@@ -10,13 +10,12 @@
 // 1012, retryAfterMs uniform in [WS_RETRY_AFTER_MIN_MS, WS_RETRY_AFTER_MAX_MS]
 // (1000..6000 by default), readiness 503 at once, exit 0.
 
-import { request } from 'node:http';
+import { rawUpgrade } from '@sluice/gateway/testing';
 import { availableParallelism } from 'node:os';
 import type { ClosesResult, ConnectResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
 import { monoUs } from '../lib/clock.ts';
-import { paths } from '../lib/codec.ts';
-import { bucketCounts, chiSquareUniform, histogram, shareWithin } from '../lib/drainstats.ts';
+import { bucketCounts, chiSquareUniform, histogram, peakRate, shareWithin } from '../lib/series.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
 import { ServerProc, TARGETS } from '../lib/server.ts';
 import { SOURCES } from './connect.ts';
@@ -82,22 +81,8 @@ async function pollReady(adminPort: number | undefined, t0: number, until: () =>
 
 /** One WebSocket upgrade attempt during the drain: the doc says 503 with Retry-After and the unavailable body. */
 function probeUpgrade(port: number): Promise<string> {
-  return new Promise((resolve) => {
-    const req = request({
-      host: '127.0.0.1', port, path: paths('sluice'), timeout: 2000,
-      headers: { Connection: 'Upgrade', Upgrade: 'websocket', 'Sec-WebSocket-Version': '13', 'Sec-WebSocket-Key': 'dGhlIHNhbXBsZSBub25jZQ==' },
-    });
-    req.on('upgrade', (_res, sock) => { sock.destroy(); resolve('101 (upgraded)'); });
-    req.on('response', (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => { if (body.length < 200) body += c; });
-      res.on('end', () => resolve(`${res.statusCode ?? '?'} retry-after ${String(res.headers['retry-after'])} ${body}`));
-    });
-    req.on('timeout', () => { req.destroy(); resolve('timeout'); });
-    req.on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
-    req.end();
-  });
+  return rawUpgrade(port, { timeoutMs: 2000 }).then((r) => `${r.status} retry-after ${String(r.headers['retry-after'])} ${r.body.slice(0, 200)}`,
+    (e: NodeJS.ErrnoException) => (e.message === 'upgraded although refused' ? '101 (upgraded)' : e.code ?? e.message));
 }
 
 export async function runDrain(opts: RunOptions, cfg: DrainConfig): Promise<Sample[]> {
@@ -169,14 +154,8 @@ export async function runDrain(opts: RunOptions, cfg: DrainConfig): Promise<Samp
     const b100Share = shareWithin(per100, cfg.rate / 10, cfg.tolerance);
     const hist = histogram(retry, cfg.retryMinMs, cfg.retryMaxMs, cfg.retryBins);
     const chi = chiSquareUniform(hist.counts);
-    let peakCpu = 0;
-    for (let i = 0; i < cpuSamples.length; i++) {
-      // Busiest 1 s (or longer) window.
-      let j = i + 1;
-      while (j < cpuSamples.length && cpuSamples[j]!.ms - cpuSamples[i]!.ms < 1000) j++;
-      if (j >= cpuSamples.length) break;
-      peakCpu = Math.max(peakCpu, (cpuSamples[j]!.cpuS - cpuSamples[i]!.cpuS) / ((cpuSamples[j]!.ms - cpuSamples[i]!.ms) / 1000));
-    }
+    // Busiest 1 s (or longer) window.
+    const peakCpu = peakRate(cpuSamples.map((c) => ({ ms: c.ms, value: c.cpuS })), 1000);
     const lastCpu = cpuSamples[cpuSamples.length - 1]!;
     const serverCpuS = lastCpu.cpuS - cpu0;
     const clientCpuS = gen1.map((g, i) => g - (gen0[i] ?? 0));
@@ -184,7 +163,7 @@ export async function runDrain(opts: RunOptions, cfg: DrainConfig): Promise<Samp
     for (const p of polls) statuses[String(p.status)] = (statuses[String(p.status)] ?? 0) + 1;
     const httpPolls = polls.filter((p) => typeof p.status === 'number');
     const readyAll503 = httpPolls.length > 0 && httpPolls.every((p) => p.status === 503);
-    const logLine = (msg: string): string => s.lines.find((l) => l.includes(`"msg":"${msg}"`)) ?? 'not seen';
+    const logLine = (msg: string): string => JSON.stringify(s.logs.find((l) => l['msg'] === msg)) ?? 'not seen';
     const timeline: DrainBucket[] = bucketCounts(times, 0, Math.ceil(Math.max(lastMs, 0) / 100) * 100 + 100, 100).map((c, i) => ({ t: i * 100, closes: c }));
 
     const problems: string[] = [];

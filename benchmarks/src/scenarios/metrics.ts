@@ -29,7 +29,8 @@ import { loadavg } from 'node:os';
 import type { ConnectResult, JoinResult, MarkResult, StopResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
-import { promByLabel } from '../lib/series.ts';
+import { metricByLabel, metricSum, metricTypes, parseMetrics } from '@sluice/gateway/testing';
+import { maxOf, percentile } from '../lib/series.ts';
 import type { ServerProc, TargetSpec } from '../lib/server.ts';
 import { SOURCES } from './connect.ts';
 import { interleave, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
@@ -69,14 +70,6 @@ const LAG_SETTLE_MS = 10_000;
 
 // ---- pure helpers (unit-tested) ----
 
-/** Nearest-rank percentile (q in [0, 1]) of unsorted values; NaN when empty. */
-export function percentile(values: readonly number[], q: number): number {
-  const v = values.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
-  if (v.length === 0) return NaN;
-  const rank = Math.ceil(q * v.length);
-  return v[Math.min(v.length - 1, Math.max(0, rank - 1))]!;
-}
-
 export interface ExpositionStats {
   bytes: number;
   /** Sample lines (one per series: every bucket, _sum and _count of a histogram counts). */
@@ -93,21 +86,13 @@ export interface ExpositionStats {
 
 /** Counts what a Prometheus text exposition holds. */
 export function expositionStats(text: string): ExpositionStats {
-  const typeOf = new Map<string, string>();
+  const typeOf = metricTypes(text);
   const lines = new Map<string, number>();
   const familiesByType: Record<string, number> = {};
-  let series = 0;
-  for (const line of text.split('\n')) {
-    if (line.startsWith('# TYPE ')) {
-      const [, , name = '', type = 'untyped'] = line.split(' ');
-      typeOf.set(name, type);
-      familiesByType[type] = (familiesByType[type] ?? 0) + 1;
-      continue;
-    }
-    if (line === '' || line.startsWith('#')) continue;
-    series++;
-    const name = /^[A-Za-z_:][A-Za-z0-9_:]*/.exec(line)?.[0] ?? '';
-    const family = familyOf(name, typeOf);
+  for (const t of typeOf.values()) familiesByType[t] = (familiesByType[t] ?? 0) + 1;
+  const samples = parseMetrics(text);
+  for (const s of samples) {
+    const family = familyOf(s.name, typeOf);
     lines.set(family, (lines.get(family) ?? 0) + 1);
   }
   const seriesByType: Record<string, number> = {};
@@ -116,7 +101,7 @@ export function expositionStats(text: string): ExpositionStats {
     seriesByType[t] = (seriesByType[t] ?? 0) + n;
   }
   const largest = [...lines].sort((a, b) => b[1] - a[1]).slice(0, 5).map(([f, n]) => `${f} ${typeOf.get(f) ?? 'untyped'} ${n}`);
-  return { bytes: Buffer.byteLength(text), series, families: typeOf.size, seriesByType, familiesByType, largest };
+  return { bytes: Buffer.byteLength(text), series: samples.length, families: typeOf.size, seriesByType, familiesByType, largest };
 }
 
 /** A sample's family: the name itself, or the name less a histogram/summary suffix when that family is declared. */
@@ -164,11 +149,6 @@ export function perScrapeNs(windowNs: number, windowS: number, quietNs: number, 
   return (windowNs - (quietNs / quietS) * windowS) / scrapes;
 }
 
-/** Largest value; NaN when empty. */
-export function maxOf(values: readonly number[]): number {
-  return values.length === 0 ? NaN : Math.max(...values);
-}
-
 // ---- I/O ----
 
 /**
@@ -207,10 +187,6 @@ function get(agent: Agent, port: number, path: string, body?: string): Promise<S
     req.on('error', reject);
     req.end(body);
   });
-}
-
-function sumOf(text: string, name: string): number {
-  return Object.values(promByLabel(text, name, 'x')).reduce((a, b) => a + b, 0);
 }
 
 interface PhaseResult {
@@ -284,7 +260,7 @@ async function phase(srv: ServerProc, pool: LoadPool | null, agent: Agent, cfg: 
   const problems: string[] = [];
   const check = (s: Scrape): void => {
     if (s.status !== 200) { problems.push(`GET /metrics answered ${s.status}`); return; }
-    const open = sumOf(s.text, 'sluice_connected_sockets');
+    const open = metricSum(s.text, 'sluice_connected_sockets');
     if (open !== expectSockets) problems.push(`a scrape reported ${open} sockets, not ${expectSockets} (a shard missing from the aggregate?)`);
   };
   for (let i = 0; i < cfg.warmup; i++) { check(await get(agent, port, '/metrics')); await sleep(cfg.pauseMs); }
@@ -295,7 +271,7 @@ async function phase(srv: ServerProc, pool: LoadPool | null, agent: Agent, cfg: 
   const lagMaxMs: Record<string, number> = {};
   const readLag = (s: Scrape): void => {
     if (s.at < tq0 + LAG_SETTLE_MS) return;
-    for (const [thread, v] of Object.entries(promByLabel(s.text, 'sluice_eventloop_lag_max_seconds', 'thread'))) {
+    for (const [thread, v] of Object.entries(metricByLabel(s.text, 'sluice_eventloop_lag_max_seconds', 'thread'))) {
       lagMaxMs[thread] = Math.max(lagMaxMs[thread] ?? 0, v * 1000);
     }
   };
@@ -304,7 +280,7 @@ async function phase(srv: ServerProc, pool: LoadPool | null, agent: Agent, cfg: 
   const quietS = (performance.now() - tq0) / 1000;
 
   const first = await get(agent, port, '/metrics');
-  const sent0 = sumOf(first.text, 'sluice_messages_sent_total');
+  const sent0 = metricSum(first.text, 'sluice_messages_sent_total');
   const busy0 = machineBusySeconds();
   const ticks0 = srv.cpuSeconds();
   const gen0 = pool?.cpuSeconds() ?? [];
@@ -327,7 +303,7 @@ async function phase(srv: ServerProc, pool: LoadPool | null, agent: Agent, cfg: 
   const ticks1 = srv.cpuSeconds();
   const gen1 = pool?.cpuSeconds() ?? [];
   const busy1 = machineBusySeconds();
-  const sentDelta = sumOf(seq.at(-1)?.text ?? '', 'sluice_messages_sent_total') - sent0;
+  const sentDelta = metricSum(seq.at(-1)?.text ?? '', 'sluice_messages_sent_total') - sent0;
 
   const burstMs: number[] = [];
   const burstWallMs: number[] = [];

@@ -24,7 +24,8 @@ import { LoadPool, split } from '../loadgen/pool.ts';
 import { mergeEncoded, summarize, type LatencySummary } from '../lib/hist.ts';
 import { ServerProc, type TargetSpec } from '../lib/server.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
-import { closesByCode, promByLabel, secondHalfSlope } from '../lib/series.ts';
+import { metricByLabel, metricSum } from '@sluice/gateway/testing';
+import { closesByCode, secondHalfSlope } from '../lib/series.ts';
 import { classifyBound, interleave, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
 
 export interface SlowConfig {
@@ -111,12 +112,12 @@ async function gatewayMetrics(srv: ServerProc): Promise<Pick<SlowSecond, 'closed
   if (!srv.spec.name.startsWith('sluice') || srv.adminPort === undefined) return undefined;
   try {
     const text = await (await fetch(`http://127.0.0.1:${srv.adminPort}/metrics`, { signal: AbortSignal.timeout(800) })).text();
-    const closed = promByLabel(text, 'sluice_clients_closed_total', 'reason');
+    const closed = metricByLabel(text, 'sluice_clients_closed_total', 'reason');
     for (const k of Object.keys(closed)) if (closed[k] === 0) delete closed[k];
     return {
       closedByGateway: closed,
-      slowLaneSockets: Object.values(promByLabel(text, 'sluice_slow_lane_sockets', 'x')).reduce((a, b) => a + b, 0),
-      bufferedBytes: Object.values(promByLabel(text, 'sluice_buffered_bytes', 'x')).reduce((a, b) => a + b, 0),
+      slowLaneSockets: metricSum(text, 'sluice_slow_lane_sockets'),
+      bufferedBytes: metricSum(text, 'sluice_buffered_bytes'),
     };
   } catch {
     return undefined;

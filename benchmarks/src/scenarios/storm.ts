@@ -29,10 +29,9 @@ import { SluiceClient, type WebSocketConstructor } from '@sluice/client';
 import { split } from '../loadgen/pool.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
 import { ServerProc, TARGETS } from '../lib/server.ts';
-import { promByLabel } from '../lib/series.ts';
+import { metricByLabel, metricSum } from '@sluice/gateway/testing';
 import { RpcChild, serveRequests } from '../lib/child-rpc.ts';
-import { bucketCounts, peakInWindow, timeToShare } from '../lib/drainstats.ts';
-import { median } from '../report/summary.ts';
+import { bucketCounts, bucketGrowth, median, peakInWindow, peakRate, timeToShare, type CounterPoll } from '../lib/series.ts';
 import { SOURCES } from './connect.ts';
 import { failedSample, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
 
@@ -67,10 +66,6 @@ export function variantOf(cfg: Pick<StormConfig, 'clients' | 'rate'>, mode: Stor
   return `${cfg.clients} ${mode === 'sdk' ? 'SDK clients' : 'naive ws clients'}, drain ${cfg.rate}/s`;
 }
 
-// ---- pure analysis (unit-tested) ---------------------------------------------------
-
-export { peakInWindow, timeToShare };
-
 export interface Poll {
   /** ms after SIGTERM, when the answer came. */
   ms: number;
@@ -78,27 +73,7 @@ export interface Poll {
   cpuS: number;
 }
 
-/** Per `BUCKET_MS` bucket from 0: the counter's growth between polls, put in the bucket of the poll that saw it. */
-export function pollBuckets(polls: readonly Poll[], buckets: number, widthMs = BUCKET_MS): number[] {
-  const out = new Array<number>(buckets).fill(0);
-  for (let i = 1; i < polls.length; i++) {
-    const b = Math.floor(polls[i]!.ms / widthMs);
-    if (b >= 0 && b < buckets) out[b]! += Math.max(0, polls[i]!.accepted - polls[i - 1]!.accepted);
-  }
-  return out;
-}
-
-/** Highest rate of `key` between two polls at least `minGapMs` apart (the closest such pair for each later poll), per second. */
-export function peakPollRate(polls: readonly Poll[], minGapMs: number, key: 'accepted' | 'cpuS' = 'accepted'): number {
-  let best = 0;
-  for (let j = 1; j < polls.length; j++) {
-    let i = j - 1;
-    while (i > 0 && polls[j]!.ms - polls[i]!.ms < minGapMs) i--;
-    const dt = polls[j]!.ms - polls[i]!.ms;
-    if (dt >= minGapMs) best = Math.max(best, ((polls[j]![key] - polls[i]![key]) / dt) * 1000);
-  }
-  return best;
-}
+const series = (polls: readonly Poll[], key: 'accepted' | 'cpuS'): CounterPoll[] => polls.map((p) => ({ ms: p.ms, value: p[key] }));
 
 /** One bucket of the chart. */
 export interface StormBucket {
@@ -370,7 +345,7 @@ const startStormProc = (index: number): Promise<StormProc> => RpcChild.start<Req
 
 /** The node id a gateway logs at start (`starting sluice`): the first part of its connection ids. */
 function nodeIdOf(srv: ServerProc): string {
-  return /"node":"([^"]+)"/.exec(srv.lines.find((l) => l.includes('"node":"')) ?? '')?.[1] ?? '?';
+  return String(srv.logs.find((l) => typeof l['node'] === 'string')?.['node'] ?? '?');
 }
 
 async function readMetrics(adminPort: number | undefined): Promise<string> {
@@ -450,12 +425,12 @@ async function stormOnce(opts: RunOptions, procs: StormProc[], cfg: StormConfig,
 
     // What A holds just before the signal: every client should still be there.
     const aText = await readMetrics(a.adminPort);
-    const aHeld = promByLabel(aText, 'sluice_connected_sockets', 'x')[''] ?? NaN;
-    const aClosed = Object.fromEntries(Object.entries(promByLabel(aText, 'sluice_clients_closed_total', 'reason')).filter(([, v]) => v > 0));
-    const aWarnings = a.lines.filter((l) => /"level":"(warn|error|fatal)"/.test(l) && !l.includes('WS_AUTH=none'));
+    const aHeld = metricSum(aText, 'sluice_connected_sockets');
+    const aClosed = Object.fromEntries(Object.entries(metricByLabel(aText, 'sluice_clients_closed_total', 'reason')).filter(([, v]) => v > 0));
+    const aWarnings = a.logs.map((l) => JSON.stringify(l)).filter((l) => /"level":"(warn|error|fatal)"/.test(l) && !l.includes('WS_AUTH=none'));
 
     // SIGTERM A, then poll B every 100 ms until the clients are back.
-    const accepted = (text: string): number => promByLabel(text, 'sluice_upgrades_total', 'outcome')['accepted'] ?? 0;
+    const accepted = (text: string): number => metricByLabel(text, 'sluice_upgrades_total', 'outcome')['accepted'] ?? 0;
     const b0Text = await readMetrics(b.adminPort);
     const accepted0 = accepted(b0Text);
     const busy0 = machineBusySeconds();
@@ -520,10 +495,10 @@ async function stormOnce(opts: RunOptions, procs: StormProc[], cfg: StormConfig,
     const endMs = Math.ceil(Math.max(wallS * 1000, arrivals[arrivals.length - 1] ?? 0) / BUCKET_MS) * BUCKET_MS + BUCKET_MS;
     const per100 = bucketCounts(arrivals, 0, endMs, BUCKET_MS);
     const closes100 = bucketCounts(closes, 0, endMs, BUCKET_MS);
-    const server100 = pollBuckets(polls, per100.length);
+    const server100 = bucketGrowth(series(polls, 'accepted'), 0, per100.length * BUCKET_MS, BUCKET_MS);
     const timeline: StormBucket[] = per100.map((c, i) => ({ t: i * BUCKET_MS, arrivals: c, server: server100[i] ?? 0, closes: closes100[i] ?? 0 }));
-    const refusedAtB = promByLabel(endText, 'sluice_upgrades_total', 'outcome');
-    const refusedB0 = promByLabel(b0Text, 'sluice_upgrades_total', 'outcome');
+    const refusedAtB = metricByLabel(endText, 'sluice_upgrades_total', 'outcome');
+    const refusedB0 = metricByLabel(b0Text, 'sluice_upgrades_total', 'outcome');
     const refusals: Record<string, number> = {};
     for (const [k, v] of Object.entries(refusedAtB)) if (k !== 'accepted' && v - (refusedB0[k] ?? 0) > 0) refusals[k] = v - (refusedB0[k] ?? 0);
     const stallText = /^sluice_eventloop_stall_max_seconds\s+(\S+)/m.exec(endText);
@@ -571,13 +546,13 @@ async function stormOnce(opts: RunOptions, procs: StormProc[], cfg: StormConfig,
         reconnected: arrivals.length, notBack: sum((r) => r.notBack), stillOnA: sum((r) => r.stillOnA),
         firstArrivalMs: r2(arrivals[0] ?? NaN), t50Ms: r2(t50), t99Ms: r2(t99), tAllMs: r2(tAll), t99FromFirstCloseMs: r2(t99 - firstClose),
         peakPer100: Math.max(0, ...per100), peakPerS: Math.max(0, ...per100) * (1000 / BUCKET_MS), peak1s: peakInWindow(arrivals, 1000),
-        serverPeakPerS: Math.round(peakPollRate(polls, BUCKET_MS)), serverPeak1s: Math.round(peakPollRate(polls, 1000)),
+        serverPeakPerS: Math.round(peakRate(series(polls, 'accepted'), BUCKET_MS)), serverPeak1s: Math.round(peakRate(series(polls, 'accepted'), 1000)),
         serverAccepted: polls[polls.length - 1]!.accepted, polls: polls.length, pollErrors,
         attemptsA: sum((r) => r.attemptsA), attemptsB: sum((r) => r.attemptsB),
         failures: JSON.stringify(failures), socketErrors: JSON.stringify(socketErrors), refusalsAtB: JSON.stringify(refusals),
         retrySeen: retry.length, retryMinMs: retry.length > 0 ? Math.min(...retry) : NaN, retryMaxMs: retry.length > 0 ? Math.max(...retry) : NaN,
         plannedMinMs: planned.length > 0 ? Math.min(...planned) : NaN, plannedMedianMs: median(planned), plannedMaxMs: planned.length > 0 ? Math.max(...planned) : NaN,
-        peakServerCpu: r2(peakPollRate(polls, 1000, 'cpuS')), serverCpuS: r2(serverCpuS),
+        peakServerCpu: r2(peakRate(series(polls, 'cpuS'), 1000)), serverCpuS: r2(serverCpuS),
         stallMaxMsB: stallText === null ? NaN : r2(Number(stallText[1]) * 1000),
         welcomedBy: JSON.stringify(welcomedBy), aExitCode: a.exitCode ?? -1, aHeldBeforeSigterm: aHeld, aClosedBeforeSigterm: JSON.stringify(aClosed),
         findings: findings.join('; '),

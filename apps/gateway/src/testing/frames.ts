@@ -74,7 +74,12 @@ export class FrameSplitter {
   constructor(private readonly onFrame: FrameHandler, private readonly maxFrame = 16 * 1024 * 1024) {}
 
   /** Bytes of a frame not yet whole. */
-  get buffered(): Buffer {
+  get buffered(): number {
+    return this.rest === null ? 0 : this.rest.length;
+  }
+
+  /** Those bytes. */
+  remainder(): Buffer {
     return this.rest ?? Buffer.alloc(0);
   }
 
@@ -109,6 +114,18 @@ export class FrameSplitter {
     // Copy: the caller's chunk may be a slice of a pooled buffer.
     if (off < n) this.rest = Buffer.from(buf.subarray(off));
   }
+}
+
+/** Decodes the one frame at the start of `buf` (a whole frame), unmasking a masked one; for tests and checks. */
+export function decodeFrame(buf: Buffer): { fin: boolean; rsv: number; opcode: number; masked: boolean; payload: Buffer } {
+  const masked = (buf[1]! & 0x80) !== 0;
+  let len = buf[1]! & 0x7f;
+  let off = 2;
+  if (len === 126) { len = buf.readUInt16BE(2); off = 4; } else if (len === 127) { len = Number(buf.readBigUInt64BE(2)); off = 10; }
+  const key = masked ? buf.subarray(off, (off += 4)) : undefined;
+  const payload = Buffer.from(buf.subarray(off, off + len));
+  if (key !== undefined) for (let i = 0; i < len; i++) payload[i] = payload[i]! ^ key[i & 3]!;
+  return { fin: (buf[0]! & 0x80) !== 0, rsv: (buf[0]! >> 4) & 7, opcode: buf[0]! & 0x0f, masked, payload };
 }
 
 export interface HandshakeOptions {

@@ -12,5 +12,5 @@ export {
 export { Client, eventually, rawUpgrade, type Frame, type RawResponse } from './client.ts';
 export { metricByLabel, metricSum, metricTypes, metricValue, parseLabels, parseMetrics, seriesValue, type MetricSample } from './prometheus.ts';
 export {
-  Op, FrameSplitter, acceptFor, closePayload, encodeFrame, upgradeRequest, type FrameHandler, type FrameSpec, type HandshakeOptions,
+  Op, FrameSplitter, acceptFor, closePayload, decodeFrame, encodeFrame, upgradeRequest, type FrameHandler, type FrameSpec, type HandshakeOptions,
 } from './frames.ts';

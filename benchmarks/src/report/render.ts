@@ -2,6 +2,7 @@
 
 import { TARGETS, type TargetName } from '../lib/server.ts';
 import { fmtBytes, fmtInt, fmtUs, type Sample, type ScenarioId } from '../scenarios/common.ts';
+import { SCENARIOS } from '../registry.ts';
 import type { MachineInfo } from '../lib/proc.ts';
 import { checkGoals, GOALS, type GateResult, type GoalResult } from './gates.ts';
 import { HEADLINE, ratios, type Ratio, type Row, rows } from './summary.ts';
@@ -82,60 +83,41 @@ function table(head: string[], body: string[][]): string {
   return lines.join('\n');
 }
 
-const SCENARIO_TITLE: Record<ScenarioId, string> = {
-  S1: 'S1 publish-ack throughput',
-  S2: 'S2 latency, one frame in flight',
-  S3: 'S3 fan-out',
-  S4: 'S4 idle memory',
-  S5: 'S5 upgrade storm',
-  S6: 'S6 slow consumers',
-  S7: 'S7 drain pacing',
-  S8: 'S8 cross-node fan-out (cluster mode, one Redis)',
-  S9: 'S9 reconnect storm (node A drained, arrivals at node B)',
-  S10: 'S10 /metrics render time (admin port, 0 and 10k sockets)',
-};
+/** S1-S3: rates, CPU, bound and latency. */
+export function rateTable(rs: readonly Row[], status: (r: Row) => string): string {
+  const unit = rs[0]?.scenario === 'S3' ? 'deliveries' : 'msgs';
+  return table(
+    ['variant', 'target', `${unit}/server-CPU-s`, `${unit}/s`, 'server CPU', 'busiest generator', 'other load', 'bound', 'p50', 'p99', 'p99.9', 'ok runs'],
+    rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtInt(r.perServerCpuS), fmtInt(r.perSec), pct(r.serverUtil),
+      pct(r.clientUtilMax), pct(r.otherUtil), r.bound, fmtUs(r.p50Us), fmtUs(r.p99Us), fmtUs(r.p999Us), status(r)]),
+  );
+}
 
-/** One table per scenario with every target's medians; used by the terminal and results.md. */
+export function s4Table(rs: readonly Row[], status: (r: Row) => string): string {
+  return table(['variant', 'target', 'RSS per idle socket', 'ok runs'], rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtBytes(r.rssPerSocketBytes), status(r)]));
+}
+
+export function s5Table(rs: readonly Row[], status: (r: Row) => string): string {
+  return table(
+    ['variant', 'target', 'server CPU per upgrade', 'upgrades/server-CPU-s', 'connect p99', 'longest stall (max of runs)', 'server CPU', 'busiest generator', 'other load', 'ok runs'],
+    rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtUs(r.cpuPerUpgradeUs), fmtInt(r.perServerCpuS), fmtUs(r.connectP99Us),
+      fmtMs(r.stallMaxMs), pct(r.serverUtil), pct(r.clientUtilMax), pct(r.otherUtil), status(r)]),
+  );
+}
+
+/** One table per scenario with every target's medians, in the registry's order; used by the terminal and results.md. */
 export function rowsTables(rowsList: readonly Row[]): string {
   const parts: string[] = [];
-  for (const sc of ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S8', 'S9', 'S10'] as const) {
-    const rs = rowsList.filter((r) => r.scenario === sc);
+  for (const view of SCENARIOS.flatMap((s) => s.views)) {
+    const rs = rowsList.filter((r) => r.scenario === view.id);
     if (rs.length === 0) continue;
-    parts.push(`### ${SCENARIO_TITLE[sc]}`);
     const status = (r: Row): string => (r.ok === r.runs ? `${r.ok}/${r.runs}` : `${r.ok}/${r.runs} (${r.errors.join('; ').slice(0, 160)})`);
-    if (sc === 'S1' || sc === 'S2' || sc === 'S3') {
-      const unit = sc === 'S3' ? 'deliveries' : 'msgs';
-      parts.push(table(
-        ['variant', 'target', `${unit}/server-CPU-s`, `${unit}/s`, 'server CPU', 'busiest generator', 'other load', 'bound', 'p50', 'p99', 'p99.9', 'ok runs'],
-        rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtInt(r.perServerCpuS), fmtInt(r.perSec), pct(r.serverUtil),
-          pct(r.clientUtilMax), pct(r.otherUtil), r.bound, fmtUs(r.p50Us), fmtUs(r.p99Us), fmtUs(r.p999Us), status(r)]),
-      ));
-    } else if (sc === 'S4') {
-      parts.push(table(['variant', 'target', 'RSS per idle socket', 'ok runs'],
-        rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtBytes(r.rssPerSocketBytes), status(r)])));
-    } else if (sc === 'S6') {
-      parts.push(s6Table(rs, status));
-    } else if (sc === 'S7') {
-      parts.push(s7Table(rs, status));
-    } else if (sc === 'S8') {
-      parts.push(s8Table(rs, status));
-    } else if (sc === 'S9') {
-      parts.push(s9Table(rs, status));
-    } else if (sc === 'S10') {
-      parts.push(s10Table(rs, status));
-    } else {
-      parts.push(table(
-        ['variant', 'target', 'server CPU per upgrade', 'upgrades/server-CPU-s', 'connect p99', 'longest stall (max of runs)', 'server CPU', 'busiest generator', 'other load', 'ok runs'],
-        rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtUs(r.cpuPerUpgradeUs), fmtInt(r.perServerCpuS), fmtUs(r.connectP99Us),
-          fmtMs(r.stallMaxMs), pct(r.serverUtil), pct(r.clientUtilMax), pct(r.otherUtil), status(r)]),
-      ));
-    }
-    parts.push('');
+    parts.push(`### ${view.title}`, view.table(rs, status), '');
   }
   return parts.join('\n\n').replace(/\n{3,}/g, '\n\n').trimEnd();
 }
 
-function s6Table(rs: readonly Row[], status: (r: Row) => string): string {
+export function s6Table(rs: readonly Row[], status: (r: Row) => string): string {
   const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
   const mib = (b: number): string => (Number.isFinite(b) ? `${(b / (1 << 20)).toFixed(0)} MiB` : 'n/a');
   const slope = (b: number): string => (Number.isFinite(b) ? `${(b / (1 << 20)).toFixed(2)} MiB/s` : 'n/a');

@@ -1,0 +1,223 @@
+// Every scenario once: its command, what `--help` says of it, which targets
+// and repeats it takes, how its options become its configuration, how it
+// runs, how its rows are rendered and which CI gates it carries. cli.ts and
+// render.ts read this table; neither names a scenario.
+
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { TargetName } from './lib/server.ts';
+import { BENCH_ROOT } from './lib/spawn.ts';
+import { runPump, S1_DEFAULT, S2_DEFAULT } from './scenarios/pump.ts';
+import { runFanout, S3_DEFAULT, type FanoutConfig } from './scenarios/fanout.ts';
+import { runConnect, S45_DEFAULT } from './scenarios/connect.ts';
+import { runSlow, S6_DEFAULT } from './scenarios/slow.ts';
+import { runDrain, S7_DEFAULT } from './scenarios/drain.ts';
+import { runCrossNode, S8_DEFAULT } from './scenarios/crossnode.ts';
+import { runStorm, S9_DEFAULT } from './scenarios/storm.ts';
+import { runMetrics, S10_DEFAULT } from './scenarios/metrics.ts';
+import type { RunOptions, Sample, ScenarioId } from './scenarios/common.ts';
+import { GATES, type Gate } from './report/gates.ts';
+import type { Row } from './report/summary.ts';
+import { rateTable, renderDrainSvg, renderStormSvg, s10Table, s4Table, s5Table, s6Table, s7Table, s8Table, s9Table } from './report/render.ts';
+
+/** The parsed command-line values (strings as given; flags as booleans). */
+export type Values = Readonly<Record<string, string | boolean | undefined>>;
+
+export interface ScenarioContext {
+  /** The run's options, narrowed to this scenario's targets and repeats. */
+  readonly opts: RunOptions;
+  /** Whether its targets or repeats differ from the run's (then the log and the record name them). */
+  readonly narrowed: boolean;
+  readonly command: string;
+  readonly v: Values;
+  /** Run alone (its own command) rather than as part of `all` or `ci`. */
+  readonly alone: boolean;
+  readonly ci: boolean;
+  /** The configuration the run used, by scenario, for the run record. */
+  readonly used: Record<string, unknown>;
+}
+
+export interface View {
+  readonly id: ScenarioId;
+  readonly title: string;
+  readonly table: (rs: readonly Row[], status: (r: Row) => string) => string;
+}
+
+export interface Scenario {
+  readonly command: string;
+  readonly usage: string;
+  /** Targets when run alone without --targets (default: every target of `all`). */
+  readonly defaultTargets?: readonly TargetName[];
+  /** Of the run's targets, the ones this scenario runs against (none: skipped); default all of them. */
+  readonly targets?: (run: readonly TargetName[], alone: boolean) => TargetName[];
+  /** Repeats: `given` is --repeats; default the run's. */
+  readonly repeats?: (given: number | undefined, alone: boolean) => number;
+  readonly run: (ctx: ScenarioContext) => Promise<Sample[]>;
+  readonly views: readonly View[];
+  /** The CI gates it carries; `ci` runs the scenarios that carry one. */
+  readonly gates?: readonly Gate[];
+}
+
+/** A positive integer option, or undefined when not given; `zeroOk` lets 0 through. */
+export function int(v: Values, name: string, zeroOk = false): number | undefined {
+  const s = v[name];
+  if (s === undefined || typeof s === 'boolean') return undefined;
+  if (zeroOk && s === '0') return 0;
+  if (!/^\d+$/.test(s) || Number(s) <= 0) throw new Error(`--${name} wants a positive integer, got ${JSON.stringify(s)}`);
+  return Number(s);
+}
+
+/** The configuration fields whose options were given: `{ field: 'option' }`; a leading `0` on an option name lets 0 through. */
+function given(v: Values, fields: Readonly<Record<string, string>>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [field, opt] of Object.entries(fields)) {
+    const n = opt.startsWith('0') ? int(v, opt.slice(1), true) : int(v, opt);
+    if (n !== undefined) out[field] = n;
+  }
+  return out;
+}
+
+async function measure<C>(ctx: ScenarioContext, label: string, cfg: C, run: (opts: RunOptions, cfg: C) => Promise<Sample[]>): Promise<Sample[]> {
+  const o = ctx.opts;
+  ctx.opts.log(`${label}: ${JSON.stringify(cfg)}${ctx.narrowed ? ` targets ${o.targets.join(',')} repeats ${o.repeats}` : ''}`);
+  ctx.used[label] = ctx.narrowed ? { ...cfg, repeats: o.repeats } : cfg;
+  return run(o, cfg);
+}
+
+const PUMP = { procs: 'procs', depth: 'depth', sockets: 'sockets' };
+const window = (ctx: ScenarioContext): { measureMs: number; warmupMs: number; ephemeral: boolean } => ({
+  measureMs: int(ctx.v, 'measure-ms') ?? (ctx.ci ? 2000 : 3000), warmupMs: int(ctx.v, 'warmup-ms') ?? 1000, ephemeral: ctx.v['ephemeral'] === true,
+});
+const fanoutConfig = (ctx: ScenarioContext): FanoutConfig => ({
+  ...S3_DEFAULT, ...window(ctx), ...given(ctx.v, { procs: 'procs', depth: 'depth', subscribers: 'subscribers', window: 'window' }),
+});
+/** The gateway alone: every Sluice target when run alone, Sluice (2 workers) in `all`. */
+const sluiceOnly = (run: readonly TargetName[], alone: boolean): TargetName[] => run.filter((t) => (alone ? t.startsWith('sluice') : t === 'sluice'));
+const withSluice = (run: readonly TargetName[], alone: boolean): TargetName[] => (alone || run.includes('sluice') ? ['sluice'] : []);
+const DRAIN = { procs: 'procs', rate: 'rate', delayMs: '0delay-ms', concurrency: 'concurrency' };
+
+function svg(ctx: ScenarioContext, file: string, text: string | undefined): void {
+  if (text === undefined) return;
+  writeFileSync(join(BENCH_ROOT, file), text);
+  ctx.opts.log(`  wrote benchmarks/${file}`);
+}
+
+const gatesOf = (id: ScenarioId): Gate[] => GATES.filter((g) => g.scenario === id);
+
+export const SCENARIOS: readonly Scenario[] = [
+  {
+    command: 's1',
+    usage: 'S1 publish-ack throughput: every socket its own topic, --depth frames in flight',
+    run: (ctx) => measure(ctx, 'S1', {
+      ...S1_DEFAULT, ...window(ctx), ...given(ctx.v, PUMP),
+      sizes: typeof ctx.v['sizes'] === 'string' ? ctx.v['sizes'].split(',').map((x) => int({ sizes: x }, 'sizes')!) : ctx.ci ? [32] : S1_DEFAULT.sizes,
+    }, runPump),
+    views: [{ id: 'S1', title: 'S1 publish-ack throughput', table: rateTable }],
+    gates: gatesOf('S1'),
+  },
+  {
+    command: 's2',
+    usage: 'S2 latency, one frame in flight',
+    run: (ctx) => measure(ctx, 'S2', { ...S2_DEFAULT, ...window(ctx), ...given(ctx.v, PUMP) }, runPump),
+    views: [{ id: 'S2', title: 'S2 latency, one frame in flight', table: rateTable }],
+  },
+  {
+    command: 's3',
+    usage: 'S3 fan-out: one publisher, --subscribers on one topic, credit-bound',
+    run: (ctx) => measure(ctx, 'S3', fanoutConfig(ctx), runFanout),
+    views: [{ id: 'S3', title: 'S3 fan-out', table: rateTable }],
+    gates: gatesOf('S3'),
+  },
+  {
+    // One connect run measures both; `s4` or `s5` alone keeps one of them, `ci` only S4.
+    command: 's4 | s5',
+    usage: 'S4 idle memory, S5 upgrade storm (one connect run; s4 and s5 alone keep one)',
+    run: (ctx) => {
+      const which = ctx.ci || ctx.command === 's4' ? ['S4'] as const : ctx.command === 's5' ? ['S5'] as const : ['S4', 'S5'] as const;
+      return measure(ctx, 'S4/S5', { ...S45_DEFAULT, which, ...given(ctx.v, { procs: 'procs', sockets: 'sockets', concurrency: 'concurrency' }) }, runConnect);
+    },
+    views: [{ id: 'S4', title: 'S4 idle memory', table: s4Table }, { id: 'S5', title: 'S5 upgrade storm', table: s5Table }],
+    gates: gatesOf('S4'),
+  },
+  {
+    command: 's6',
+    usage: 'slow consumers: 1 publisher, healthy + stalled subscribers, RSS and healthy p99 per second, and the same without stalled ones;\n' +
+      '             default targets sluice,ws, 1 repeat, 60 s each',
+    defaultTargets: ['sluice', 'ws'],
+    // Minutes per target: in `all` only Sluice (2 workers) and ws, once.
+    targets: (run, alone) => (alone ? [...run] : run.filter((t) => t === 'sluice' || t === 'ws')),
+    repeats: (n, alone) => (alone ? n ?? 1 : 1),
+    run: (ctx) => measure(ctx, 'S6', {
+      ...S6_DEFAULT,
+      ...given(ctx.v, { seconds: 'seconds', healthy: 'healthy', stalled: 'stalled', size: 'size', rssLimitMiB: 'rss-limit-mib', depth: 'depth', procs: 'procs', window: '0window' }),
+    }, runSlow),
+    views: [{ id: 'S6', title: 'S6 slow consumers', table: s6Table }],
+  },
+  {
+    command: 's7',
+    usage: 'drain pacing: sluice (2 workers) with --sockets idle sockets (10000), SIGTERM, closes per second vs --rate (500)\n' +
+      '             after --delay-ms (1000), retryAfterMs, readiness, exit code; writes results-s7.svg (also part of all)',
+    targets: withSluice,
+    // In `all`, --sockets means the S1/S2/S4 sockets: S7 keeps its defaults there.
+    run: async (ctx) => {
+      const got = await measure(ctx, 'S7', ctx.alone ? { ...S7_DEFAULT, ...given(ctx.v, { ...DRAIN, sockets: 'sockets' }) } : { ...S7_DEFAULT }, runDrain);
+      svg(ctx, 'results-s7.svg', got[0]?.timeline !== undefined && got[0].timeline.length > 0 ? renderDrainSvg(got[0]) : undefined);
+      return got;
+    },
+    views: [{ id: 'S7', title: 'S7 drain pacing', table: s7Table }],
+  },
+  {
+    command: 's8',
+    usage: 'cross-node fan-out: S3 on 1 node (embedded), 1 node on Redis and --nodes (2) nodes on one private\n' +
+      '             redis-server; gateway and Redis CPU, Redis commands per event, added p99; default target sluice, 2 repeats',
+    defaultTargets: ['sluice'],
+    targets: sluiceOnly,
+    repeats: (n, alone) => (alone ? n ?? 2 : 2),
+    // S3's settings (the same options) and its own node count.
+    run: (ctx) => {
+      const cfg = { ...fanoutConfig(ctx), warmupEvents: S8_DEFAULT.warmupEvents, nodes: int(ctx.v, 'nodes') ?? S8_DEFAULT.nodes };
+      if (cfg.nodes < 2) throw new Error('--nodes wants 2 or more: S8 already measures one node on Redis');
+      return measure(ctx, 'S8', cfg, runCrossNode);
+    },
+    views: [{ id: 'S8', title: 'S8 cross-node fan-out (cluster mode, one Redis)', table: s8Table }],
+  },
+  {
+    command: 's9',
+    usage: 'reconnect storm: --sockets (10000) clients in --procs (4) processes on node A, drained at --rate (10000)/s after\n' +
+      '             --delay-ms (100); arrivals at node B per 100 ms until 99% are back, SDK clients then naive ws clients, each on\n' +
+      '             fresh nodes; writes results-s9.svg (also part of all)',
+    defaultTargets: ['sluice'],
+    targets: withSluice,
+    run: async (ctx) => {
+      const got = await measure(ctx, 'S9', ctx.alone ? { ...S9_DEFAULT, ...given(ctx.v, { ...DRAIN, clients: 'sockets' }) } : { ...S9_DEFAULT }, runStorm);
+      svg(ctx, 'results-s9.svg', got.some((x) => x.ok) ? renderStormSvg(got) : undefined);
+      return got;
+    },
+    views: [{ id: 'S9', title: 'S9 reconnect storm (node A drained, arrivals at node B)', table: s9Table }],
+  },
+  {
+    command: 's10',
+    usage: '/metrics render time: sluice (2 workers) with 0, then --sockets (10000) idle sockets on --topics (4) topics, then\n' +
+      '             with traffic (--rate (2) publishes/s per generator process, --admin-rate (1)/s on the admin API); --scrapes (100)\n' +
+      '             sequential GETs and --bursts (5) of --burst (10) at once per phase; default 3 repeats (also part of all, once)',
+    defaultTargets: ['sluice'],
+    targets: sluiceOnly,
+    repeats: (n, alone) => (alone ? n ?? 3 : 1),
+    run: (ctx) => {
+      const cfg = ctx.alone ? {
+        ...S10_DEFAULT, ...given(ctx.v, {
+          sockets: 'sockets', procs: 'procs', concurrency: 'concurrency', rate: 'rate', adminRate: '0admin-rate',
+          scrapes: 'scrapes', bursts: '0bursts', burst: 'burst', topics: 'topics',
+        }),
+      } : { ...S10_DEFAULT };
+      cfg.joins = Math.min(cfg.joins, cfg.topics);
+      return measure(ctx, 'S10', cfg, runMetrics);
+    },
+    views: [{ id: 'S10', title: 'S10 /metrics render time (admin port, 0 and 10k sockets)', table: s10Table }],
+  },
+];
+
+/** The scenario a command names (`s4` and `s5` share one). */
+export function scenarioOf(command: string): Scenario | undefined {
+  return SCENARIOS.find((s) => s.command.split(' | ').includes(command));
+}

@@ -79,7 +79,9 @@ describe('@sluice/gateway packed and installed outside the workspace', { timeout
       emptyProject(project, REPO, { name: 'sluice-ops' });
       await npmInstall(project, [tarball]);
       // As an operator's shell runs it: without the npm, pnpm and test-runner variables this test runs under.
-      gw = await startGateway({}, { command: ['npx', '--no-install', 'sluice'], cwd: project, detached: true, baseEnv: cleanEnv() });
+      // npx runs the gateway as its grandchild and passes no IPC channel on, so the kit's ready message
+      // cannot arrive: here (only here) readiness is read from the `gateway ready` log line.
+      gw = await startGateway({}, { command: ['npx', '--no-install', 'sluice'], cwd: project, detached: true, baseEnv: cleanEnv(), readyFrom: 'log' });
     });
     after(async () => {
       if (gw !== undefined && gw.proc.exitCode === null) await gw.stop('SIGKILL');

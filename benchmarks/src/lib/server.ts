@@ -84,6 +84,16 @@ export class ServerProc {
     return rssBytes(this.pid);
   }
 
+  /** Lowest RSS seen over `ms` (sampled every 100 ms): garbage the GC frees meanwhile is not charged to sockets. */
+  async minRssBytes(ms: number): Promise<number> {
+    let min = this.rssBytes();
+    for (const end = performance.now() + ms; performance.now() < end;) {
+      await new Promise((r) => setTimeout(r, 100));
+      min = Math.min(min, this.rssBytes());
+    }
+    return min;
+  }
+
   /** Longest event-loop stall since start, ms (max over threads for the gateway); undefined when not exported. */
   async stallMaxMs(): Promise<number | undefined> {
     try {

@@ -29,16 +29,6 @@ export const SOURCES = ['127.0.0.1', '127.0.0.2', '127.0.0.3', '127.0.0.4', '127
 const PER_PROC_MAX = 15_000;
 const WARMUP_SOCKETS = 300;
 
-/** Lowest RSS seen over `ms` (sampled every 100 ms): garbage the GC frees meanwhile is not charged to sockets. */
-async function minRss(srv: ServerProc, ms: number): Promise<number> {
-  let min = srv.rssBytes();
-  const end = performance.now() + ms;
-  while (performance.now() < end) {
-    await sleep(100);
-    min = Math.min(min, srv.rssBytes());
-  }
-  return min;
-}
 
 export async function runConnect(opts: RunOptions, cfg: ConnectConfig): Promise<Sample[]> {
   const procs = Math.max(cfg.procs, Math.ceil(cfg.sockets / PER_PROC_MAX));
@@ -64,7 +54,7 @@ async function connectOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, re
     await pool.procs[0]!.call({ op: 'connect', target, count: WARMUP_SOCKETS, idBase: 0, sources: SOURCES, concurrency: cfg.concurrency, timeoutMs: 20_000 }, 30_000);
     await pool.all(() => ({ op: 'reset' }), 30_000);
     await sleep(1000);
-    const rssBefore = await minRss(srv, 1000);
+    const rssBefore = await srv.minRssBytes(1000);
     const stallBefore = await srv.stallMaxMs();
     const t0 = performance.now();
     const busy0 = machineBusySeconds();
@@ -84,7 +74,7 @@ async function connectOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, re
     const gen1 = pool.cpuSeconds();
     const t1 = performance.now();
     const stallAfter = await srv.stallMaxMs();
-    const rssAfter = await minRss(srv, cfg.settleMs);
+    const rssAfter = await srv.minRssBytes(cfg.settleMs);
     const stormS = Math.max(...results.map((r) => r.elapsedMs)) / 1000;
     const wallS = (t1 - t0) / 1000;
     const ready = results.reduce((a, r) => a + r.ready, 0);

@@ -143,17 +143,6 @@ function tcpExt(): Record<string, number> {
   }
 }
 
-/** Lowest RSS over `ms`, sampled every 100 ms. */
-async function quietRss(srv: ServerProc, ms: number): Promise<number> {
-  let min = srv.rssBytes();
-  const end = performance.now() + ms;
-  while (performance.now() < end) {
-    await sleep(100);
-    min = Math.min(min, srv.rssBytes());
-  }
-  return min;
-}
-
 async function slowOnce(
   pool: LoadPool, srv: ServerProc, spec: TargetSpec, repeat: number, cfg: SlowConfig, withStalled: boolean, log: (line: string) => void,
 ): Promise<Sample> {
@@ -184,7 +173,7 @@ async function slowOnce(
     const paused = withStalled ? await stalledProc.call<number>({ op: 'stall' }) : 0;
 
     await sleep(1000);
-    const idleRss = await quietRss(srv, 1000);
+    const idleRss = await srv.minRssBytes(1000);
 
     healthyProcs.forEach((p, i) => {
       p.progress = (full) => {

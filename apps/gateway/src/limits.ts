@@ -6,10 +6,12 @@
  * the store on each upgrade. When Redis is not configured, or does not
  * answer, the batches go to the node's memory store in the coordinator
  * instead (one per node, shared by its shards): limits then hold per node.
- * The switch is logged once per outage and counted.
+ * Whether Redis is down is the shard's RedisHealth (a settle is not even
+ * tried while it is), or a settle that failed. The switch is logged once
+ * per outage and counted.
  */
 import { type Config, ipWindowKey, LocalLimiter, type WindowHit, type WindowState, type WindowStore } from '@sluice/core';
-import { RedisWindowStore, type RedisClient } from '@sluice/redis';
+import { type RedisClient, RedisHealth, RedisWindowStore } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 
 /** Settles with the node's memory store, in the coordinator (control port). */
@@ -47,7 +49,7 @@ class Window {
     const batch = this.limiter.takeBatch(now);
     if (batch.length === 0) return;
     this.busy = true;
-    void this.owner.settle(batch, this.limiter.limit, this.limiter.windowMs, now).then(
+    this.owner.settle(batch, this.limiter.limit, this.limiter.windowMs, now).then(
       (states) => {
         this.busy = false;
         this.limiter.apply(batch, states, Date.now());
@@ -56,7 +58,7 @@ class Window {
         this.busy = false;
         this.limiter.fail(batch, Date.now());
       },
-    );
+    ).catch((err: unknown) => this.owner.log.error({ err }, 'applying a limits settle failed'));
   }
 }
 
@@ -64,7 +66,9 @@ export class Limits {
   private readonly tenant: Window;
   private readonly ipLimit: number;
   private readonly ipWindowMs: number;
-  private readonly redis: WindowStore | undefined;
+  private readonly redis: (WindowStore & { readonly commands: number }) | undefined;
+  private readonly health: RedisHealth | undefined;
+  /** The fallback was logged for this outage (cleared by the next settle Redis answers). */
   private redisFailing = false;
   private timer: NodeJS.Timeout | undefined;
   readonly stats: LimitStats = { settles: { redis: 0, local: 0 }, settled: { redis: 0, local: 0 }, fallbacks: 0 };
@@ -73,14 +77,17 @@ export class Limits {
     cfg: Config,
     client: RedisClient | undefined,
     private readonly local: LocalSettle,
-    private readonly log: Logger,
+    readonly log: Logger,
     /** How long each Redis settle took (answered or failed), in seconds. */
     private readonly timing: (seconds: number) => void = () => {},
+    /** Whether `client` is up: the shard's one signal (the backplane hands in RedisBroker's); made here from `client` when not given. */
+    health?: RedisHealth,
   ) {
     this.tenant = new Window(cfg.tenantMsgLimit, cfg.tenantWindowMs, this);
     this.ipLimit = cfg.ipConnectLimit;
     this.ipWindowMs = cfg.ipWindowMs;
     this.redis = client === undefined ? undefined : new RedisWindowStore(client);
+    this.health = client === undefined ? undefined : health ?? new RedisHealth(client);
   }
 
   /** Settles due batches every few ms; cheap when nothing is pending. */
@@ -131,16 +138,17 @@ export class Limits {
       }
     }, (err: unknown) => {
       for (const q of queue) q.reject(err);
-    });
+    }).catch((err: unknown) => this.log.error({ err }, 'answering upgrade limit checks failed'));
   };
 
   /** Redis commands the limits sent (a Redis store counts its own). */
   get redisCommands(): number {
-    return (this.redis as { commands?: number } | undefined)?.commands ?? 0;
+    return this.redis?.commands ?? 0;
   }
 
   async settle(batch: readonly WindowHit[], limit: number, windowMs: number, now: number): Promise<readonly WindowState[]> {
-    if (this.redis !== undefined) {
+    if (this.redis !== undefined && !this.health!.up) this.fellBack('redis is not connected');
+    else if (this.redis !== undefined) {
       const t0 = performance.now();
       try {
         const states = await this.redis.settle(batch, limit, windowMs, now);
@@ -154,16 +162,20 @@ export class Limits {
         return states;
       } catch (err) {
         this.timing((performance.now() - t0) / 1000);
-        this.stats.fallbacks++;
-        if (!this.redisFailing) {
-          this.redisFailing = true;
-          this.log.warn({ err: String(err) }, 'redis unavailable for limits: settling with this node\'s memory store until it answers');
-        }
+        this.fellBack(String(err));
       }
     }
     const states = await this.local(batch, limit, windowMs, now);
     this.stats.settles.local++;
     this.stats.settled.local += batch.length;
     return states;
+  }
+
+  /** A batch Redis should have settled goes to the local store: counted, and logged once per outage. */
+  private fellBack(err: string): void {
+    this.stats.fallbacks++;
+    if (this.redisFailing) return;
+    this.redisFailing = true;
+    this.log.warn({ err }, 'redis unavailable for limits: settling with this node\'s memory store until it answers');
   }
 }

@@ -3,7 +3,7 @@ import {
   BrokerUnavailable, type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, ReplaySplice, SpliceEmit, topicKey,
 } from '@sluice/core';
 import { encodeEventFrame, EventClass, eventIdMs } from '@sluice/protocol';
-import { type BusMessage, createRedisClient, nodeOptions, RedisBus, type RedisClient, ShardedSubscriptions } from '@sluice/redis';
+import { type BusMessage, createRedisClient, nodeOptions, RedisBus, type RedisClient, RedisHealth, ShardedSubscriptions } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 import type { MeshBroker } from './mesh-broker.ts';
 import type { BrokerStats, ShardBroker } from './shard-broker.ts';
@@ -53,6 +53,8 @@ export class RedisBroker implements ShardBroker {
   private readonly awaitingCmd = new Set<string>();
   private readonly counts = { durable: 0, keyed: 0, ephemeral: 0, duplicates: 0, errors: 0 };
   readonly stats: BrokerStats;
+  /** Whether the command connection is up: this shard's one notion of "Redis is down", shared with its limits. */
+  readonly health: RedisHealth;
 
   constructor(
     shard: number,
@@ -66,6 +68,7 @@ export class RedisBroker implements ShardBroker {
     this.sub = cfg.redisCluster
       ? new ShardedSubscriptions(this.cmd, nodeOptions(target, `sluice-shard${shard}-subscriber`))
       : createRedisClient(target, 'subscriber', `shard${shard}`);
+    this.health = new RedisHealth(this.cmd);
     this.bus = new RedisBus(this.cmd, this.sub, {
       cluster: cfg.redisCluster, historySize: cfg.historySize, historyTtlMs: cfg.historyTtlMs, idempotencyTtlMs: cfg.idempotencyTtlMs,
     });
@@ -93,7 +96,8 @@ export class RedisBroker implements ShardBroker {
     this.cmd.on('error', () => {
       // Connection errors surface as 'close' and failed commands; the coordinator logs Redis state changes once.
     });
-    this.cmd.on('ready', () => {
+    this.health.onChange((state) => {
+      if (state !== 'up') return;
       const topics = [...this.awaitingCmd];
       this.awaitingCmd.clear();
       for (const t of topics) this.catchUp(t);
@@ -104,7 +108,9 @@ export class RedisBroker implements ShardBroker {
     if (this.sub instanceof ShardedSubscriptions) {
       this.sub.onReady(() => this.resume());
       // Subscriptions that failed before the Cluster's slot map was known.
-      this.cmd.on('ready', () => this.resume());
+      this.health.onChange((state) => {
+        if (state === 'up') this.resume();
+      });
     } else {
       this.sub.on('error', () => {});
       this.sub.on('ready', () => this.resume());
@@ -113,10 +119,9 @@ export class RedisBroker implements ShardBroker {
 
   /** Resolves once both connections are up, or after `ms` (the shard then starts degraded, as during an outage). */
   connected(ms: number): Promise<void> {
-    const clients = this.sub instanceof ShardedSubscriptions ? [this.cmd] : [this.cmd, this.sub];
-    const both = Promise.all(clients.map((c) => (c.status === 'ready' ? undefined
-      : new Promise<void>((resolve) => c.once('ready', () => resolve())))));
-    return Promise.race([both.then(() => undefined), new Promise<void>((resolve) => setTimeout(resolve, ms).unref())]);
+    const waits = [this.health.whenUp(ms)];
+    if (!(this.sub instanceof ShardedSubscriptions)) waits.push(new RedisHealth(this.sub).whenUp(ms));
+    return Promise.all(waits).then(() => undefined);
   }
 
   /** The command connection, shared with the limits' window store. */
@@ -125,7 +130,7 @@ export class RedisBroker implements ShardBroker {
   }
 
   private get up(): boolean {
-    return this.cmd.status === 'ready';
+    return this.health.up;
   }
 
   publishThen(tenant: string, req: PublishFields, done: (res: PublishResult) => void): void {

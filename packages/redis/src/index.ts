@@ -2,3 +2,4 @@ export * from './bus.ts';
 export * from './client.ts';
 export * from './window-store.ts';
 export * from './sharded.ts';
+export * from './health.ts';

@@ -1,0 +1,54 @@
+/**
+ * What stands behind a shard, made in one place: its broker, its limits
+ * (with their window store) and when it may start listening. Embedded mode
+ * (no REDIS_URL): the mesh of shards, the node's memory window store in the
+ * coordinator, ready at once. Cluster mode: RedisBroker over the mesh, the
+ * Redis window store with the memory one as its fallback, one RedisHealth
+ * for both, a histogram of Redis command times, ready once Redis answers
+ * (or after a short wait, degraded as in an outage). No other part of the
+ * shard needs to know which broker it has.
+ */
+import type { Config } from '@sluice/core';
+import type { RedisHealth } from '@sluice/redis';
+import { IndexedHistogram, type Logger, type Registry } from '@sluice/telemetry';
+import { Limits, type LocalSettle } from './limits.ts';
+import { MeshBroker } from './mesh-broker.ts';
+import { REDIS_OPS, RedisBroker, RedisOp } from './redis-broker.ts';
+import type { ShardBroker } from './shard-broker.ts';
+
+/** How long a shard waits for Redis before it listens anyway, degraded. */
+const CONNECT_WAIT_MS = 3000;
+
+export interface BackplaneDeps {
+  readonly shard: number;
+  readonly config: Config;
+  readonly log: Logger;
+  /** The shard's registry: cluster mode adds sluice_redis_command_seconds to it. */
+  readonly registry: Registry;
+  /** Settles with the node's memory window store in the coordinator (the shard's control port). */
+  readonly localSettle: LocalSettle;
+}
+
+export interface Backplane {
+  readonly broker: ShardBroker;
+  readonly limits: Limits;
+  /** Resolves when the shard may listen; never rejects. */
+  readonly ready: Promise<void>;
+  /** Cluster mode: whether Redis is up (broker and limits read the same one). Embedded: undefined. */
+  readonly health: RedisHealth | undefined;
+  /** Where durable events are stored, for spans and logs. */
+  readonly store: 'memory' | 'redis';
+}
+
+export function createBackplane(deps: BackplaneDeps): Backplane {
+  const { shard, config: cfg, log } = deps;
+  const mesh = new MeshBroker(shard, cfg.workers, cfg, log);
+  if (cfg.redisUrl === undefined) {
+    return { broker: mesh, limits: new Limits(cfg, undefined, deps.localSettle, log), ready: Promise.resolve(), health: undefined, store: 'memory' };
+  }
+  const latency = new IndexedHistogram(deps.registry, 'sluice_redis_command_seconds',
+    'How long Redis commands took, answered or failed (cluster mode), by operation.', 'op', REDIS_OPS);
+  const broker = new RedisBroker(shard, mesh, cfg, log, (op, seconds) => latency.observe(op, seconds));
+  const limits = new Limits(cfg, broker.client, deps.localSettle, log, (seconds) => latency.observe(RedisOp.Window, seconds), broker.health);
+  return { broker, limits, ready: broker.connected(CONNECT_WAIT_MS), health: broker.health, store: 'redis' };
+}

@@ -5,19 +5,21 @@
  */
 import { MessageChannel, type MessagePort } from 'node:worker_threads';
 import type { Server } from 'node:http';
-import { type AddressInfo, createServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Piscina } from 'piscina';
-import { type Config, type DrainPace, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, shareBudget, type PublishRequest,
-  type PublishResult, redactedConfig, topicKey } from '@sluice/core';
-import { aggregateMetrics, counterFrom, endSpan, gaugeFrom, type Logger, type MetricsJson, registerProcessMetrics, registerThreadMetrics,
-  Registry, SpanKind, startSpan, sumMetrics, type Tracer, traceparentOf } from '@sluice/telemetry';
+import { type Config, type DrainPace, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, PendingRequests, shareBudget,
+  type PublishRequest, type PublishResult, redactedConfig, type RequestTimers, topicKey } from '@sluice/core';
+import { counterFrom, endSpan, gaugeFrom, type Logger, type MetricsJson, registerProcessMetrics, registerThreadMetrics,
+  Registry, SpanKind, startSpan, type Tracer, traceparentOf } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
 import type { FromShardControl, ToShardControl } from './control.ts';
+import { freePort } from './free-port.ts';
+import { NodeMetrics } from './node-metrics.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
+import { RedisWatch } from './redis-watch.ts';
 import { Flag, SharedState } from './shared-state.ts';
-import { createRedisClient, type RedisClient } from '@sluice/redis';
 import type { ShardExit, ShardTask } from './shard/task.ts';
 import { probeCorkInPlace, type UwsBuild } from '@sluice/uws';
 
@@ -38,9 +40,13 @@ const DRAIN_TICK_MS = 50;
 /** uWS cuts a socket that never answers a close frame after at most 16 s (its ping timeout). */
 const CLOSE_GRACE_MS = 18_000;
 
+/** The coordinator's timers for its asks: they never keep the process alive. */
+const TIMERS: RequestTimers = { set: (fn, ms) => setTimeout(fn, ms).unref(), clear: (h) => clearTimeout(h as NodeJS.Timeout) };
+
 class ShardLink {
   listening: ((port: number) => void) | undefined;
-  readonly waiters = new Map<number, (value: never) => void>();
+  /** Asks waiting for this shard's answer (metrics, admin publishes). */
+  readonly requests = new PendingRequests<MetricsJson | PublishResult | undefined>(TIMERS);
   constructor(readonly port: MessagePort) {}
   send(m: ToShardControl, transfer: MessagePort[] = []): void {
     this.port.postMessage(m, transfer);
@@ -58,29 +64,20 @@ export class Coordinator {
   private readonly tasks = new Map<number, Promise<void>>();
   private readonly generations: number[] = [];
   private readonly registry = new Registry();
-  /** Each running shard's last scrape: stands in for one that misses a scrape's deadline. */
-  private readonly lastScrape = new Map<number, MetricsJson>();
-  /**
-   * The counters and histograms of shards that crashed, as last scraped: a
-   * restarted shard counts from 0 again, and without these the node's sums
-   * would fall, which Prometheus reads as a counter reset.
-   */
-  private readonly retired: MetricsJson[] = [];
+  private readonly nodeMetrics = new NodeMetrics(this.registry);
   private readonly nodeId = randomBytes(4).toString('hex');
   private pool: Piscina<ShardTask, ShardExit> | undefined;
   private admin: Server | undefined;
   private publicPort = 0;
   private stopping: Promise<void> | undefined;
   private restarts = 0;
-  private rid = 0;
   private draining = false;
   private cutDrain = false;
   /** The drain in progress: when it began and what the configuration implies for its length (both 0 when none). */
   private drainStartedAt = 0;
   private drainExpectedMs = 0;
   /** Cluster mode: the coordinator's own connection, which tells readiness whether Redis is reachable. */
-  private redis: RedisClient | undefined;
-  private redisOutages = 0;
+  private redis: RedisWatch | undefined;
   /** The node's sliding windows for tenant and IP limits: the embedded store, and the fallback when Redis is down. */
   private readonly windows = new MemoryWindowStore();
 
@@ -130,7 +127,10 @@ export class Coordinator {
     // uSockets sets SO_REUSEPORT only for a non-zero port, so PORT=0 is
     // resolved here first and every shard then binds the same concrete port.
     this.publicPort = cfg.port !== 0 ? cfg.port : await freePort(cfg.host);
-    if (cfg.redisUrl !== undefined) this.watchRedis(cfg);
+    if (cfg.redisUrl !== undefined) {
+      this.redis = new RedisWatch(cfg, this.shared, this.log);
+      this.redis.registerMetrics(this.registry, this.shared);
+    }
     await Promise.all(Array.from({ length: cfg.workers }, (_, i) => this.startShard(i, this.publicPort)));
     this.admin = createAdminServer({
       config: cfg,
@@ -277,15 +277,10 @@ export class Coordinator {
   private detach(shard: number, link: ShardLink): void {
     if (this.links.get(shard) !== link) return;
     this.links.delete(shard);
-    const last = this.lastScrape.get(shard);
-    this.lastScrape.delete(shard);
-    if (last !== undefined) {
-      // prom-client's typings call the type an enum; in the JSON it is the name.
-      this.retired.push(last.filter((m) => (m.type as unknown as string) === 'counter' || (m.type as unknown as string) === 'histogram'));
-      // One entry, whatever the number of crashes: the retired sums, merged.
-      if (this.retired.length > 1) this.retired.splice(0, this.retired.length, sumMetrics(this.retired));
-    }
+    this.nodeMetrics.retire(shard);
     this.shared.resetSockets(shard);
+    // Asks still waiting get their fallbacks now, not at their deadlines.
+    link.requests.close(`shard ${shard} is gone`);
     link.port.close();
   }
 
@@ -318,28 +313,18 @@ export class Coordinator {
         link.send({ op: 'settled', rid: m.rid, states: this.windows.settleNow(m.hits, m.limit, m.windowMs, m.now) });
         return;
       case 'metrics':
-      case 'published': {
-        const w = link.waiters.get(m.rid);
-        link.waiters.delete(m.rid);
-        w?.((m.op === 'metrics' ? m.json : m.res) as never);
+        link.requests.answer(m.rid, m.json);
         return;
-      }
+      case 'published':
+        link.requests.answer(m.rid, m.res);
+        return;
     }
   }
 
-  /** Asks a shard and waits for its answer, or for `fallback` after `ms`. */
-  private ask<T>(link: ShardLink, make: (rid: number) => ToShardControl, fallback: T, ms: number): Promise<T> {
-    const rid = ++this.rid;
-    return Promise.race([
-      new Promise<T>((resolve) => {
-        link.waiters.set(rid, resolve as (v: never) => void);
-        link.send(make(rid));
-      }),
-      delay(ms).then(() => {
-        link.waiters.delete(rid);
-        return fallback;
-      }),
-    ]);
+  /** Asks a shard and waits for its answer, or for `fallback` after `ms` or when the shard goes away. */
+  private ask<T extends MetricsJson | PublishResult | undefined>(link: ShardLink, make: (rid: number) => ToShardControl, fallback: T,
+    ms: number): Promise<T> {
+    return link.requests.request<T>((rid) => link.send(make(rid)), { timeoutMs: ms, fail: { value: fallback } });
   }
 
   /**
@@ -362,70 +347,16 @@ export class Coordinator {
     return res;
   }
 
-  /** The scrape being rendered: scrapes that come meanwhile share it (one render at a time, the same numbers). */
-  private rendering: Promise<{ text: string; contentType: string }> | undefined;
-
   private metrics(): Promise<{ text: string; contentType: string }> {
-    this.rendering ??= this.render().finally(() => (this.rendering = undefined));
-    return this.rendering;
+    return this.nodeMetrics.render([...this.links].map(([shard, link]) => ({
+      shard,
+      scrape: () => this.ask<MetricsJson | undefined>(link, (rid) => ({ op: 'metrics', rid }), undefined, 2000),
+      current: () => this.links.get(shard) === link,
+    })));
   }
-
-  private async render(): Promise<{ text: string; contentType: string }> {
-    const own = await this.registry.getMetricsAsJSON();
-    const perShard = await Promise.all([...this.links].map(async ([shard, link]) => {
-      const json = await this.ask<MetricsJson | undefined>(link, (rid) => ({ op: 'metrics', rid }), undefined, 2000);
-      if (json === undefined) return this.lastScrape.get(shard) ?? [];
-      if (this.links.get(shard) === link) this.lastScrape.set(shard, json);
-      return json;
-    }));
-    return aggregateMetrics([own, ...perShard, ...this.retired]);
-  }
-
-  /**
-   * Readiness follows Redis: down until the first connection, down while it
-   * is unreachable. Each change is logged once (info when it is reached,
-   * warn when it is lost), never once per failed command.
-   */
-  private watchRedis(cfg: Config): void {
-    this.shared.set(Flag.RedisDown);
-    const redis = createRedisClient({ url: cfg.redisUrl!, cluster: cfg.redisCluster }, 'command', 'coordinator');
-    this.redis = redis;
-    let up = false;
-    let everUp = false;
-    redis.on('error', () => {
-      // Reported through 'close' and the state log below.
-    });
-    redis.on('ready', () => {
-      if (up) return;
-      up = true;
-      this.shared.clear(Flag.RedisDown);
-      this.log.info({ cluster: cfg.redisCluster }, everUp ? 'redis reachable again' : 'redis connected');
-      everUp = true;
-    });
-    const lost = (): void => {
-      if (!up && everUp) return;
-      if (!up) {
-        if (!this.redisWarned) this.log.warn('redis unreachable at start; readiness fails until it answers');
-        this.redisWarned = true;
-        return;
-      }
-      up = false;
-      this.redisOutages++;
-      this.shared.set(Flag.RedisDown);
-      this.log.warn('redis unreachable: readiness fails, durable publishes answer unavailable, limits use the local store');
-    };
-    redis.on('close', lost);
-    redis.on('end', lost);
-  }
-
-  private redisWarned = false;
 
   private registerMetrics(): void {
     const r = this.registry;
-    if (this.config.redisUrl !== undefined) {
-      gaugeFrom(r, 'sluice_redis_up', '1 while the configured Redis answers, else 0.', () => (this.shared.has(Flag.RedisDown) ? 0 : 1), 'max');
-      counterFrom(r, 'sluice_redis_outages_total', 'Times the connection to Redis was lost.', undefined, () => this.redisOutages);
-    }
     registerProcessMetrics(r);
     gaugeFrom(r, 'sluice_build_info', 'Always 1: the gateway\'s version, the Node it runs on and the uWebSockets.js build it loaded, as labels.',
       () => 1, 'max', { version: GATEWAY_VERSION, node: this.opts.uws.node, uws: this.opts.uws.uws });
@@ -445,51 +376,4 @@ export class Coordinator {
 
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());
-}
-
-/**
- * PORT=0: a free port for the shards to share. Not one from the kernel's
- * ephemeral range: the coordinator has to let go of its probe before the
- * shards bind the port with SO_REUSEPORT, and in that moment the kernel
- * could hand the same port to another process asking for port 0 (another
- * gateway starting at the same time would then share the listeners, and
- * the kernel would spread connections over both). Below the range no
- * port-0 bind ever lands, so only a random draw that matches another's
- * could collide. Falls back to a kernel-chosen port where the range leaves
- * no room below it.
- */
-async function freePort(host: string): Promise<number> {
-  const [low] = ephemeralRange();
-  const from = 10_000;
-  if (low - from >= 1000) {
-    for (let i = 0; i < 50; i++) {
-      const port = from + Math.floor(Math.random() * (low - from));
-      if (await probe(host, port) !== undefined) return port;
-    }
-  }
-  const port = await probe(host, 0);
-  if (port === undefined) throw new Error(`no free port on ${host}`);
-  return port;
-}
-
-/** Binds `port` (0: the kernel picks) without SO_REUSEPORT and lets go: the port it got, or undefined when it is taken. */
-function probe(host: string, port: number): Promise<number | undefined> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', (err: NodeJS.ErrnoException) => (err.code === 'EADDRINUSE' || err.code === 'EACCES' ? resolve(undefined) : reject(err)));
-    srv.listen(port, host, () => {
-      const got = (srv.address() as AddressInfo).port;
-      srv.close(() => resolve(got));
-    });
-  });
-}
-
-function ephemeralRange(): [number, number] {
-  try {
-    const [lo, hi] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
-    if (Number.isInteger(lo) && Number.isInteger(hi)) return [lo!, hi!];
-  } catch {
-    // Not Linux, or /proc not readable: the kernel's default range.
-  }
-  return [32768, 60999];
 }

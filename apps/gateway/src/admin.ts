@@ -17,6 +17,10 @@ export interface AdminDeps {
 /**
  * The admin HTTP server (ADMIN_PORT): health, metrics and the server-side
  * publish API. Plain node:http: nothing here is on the hot path.
+ *
+ * No request can take the process down: a handler that throws or whose
+ * dependency rejects is logged and answered 500 `{"reason":"internal"}`
+ * (or, when the answer had begun, the connection is cut).
  */
 export function createAdminServer(deps: AdminDeps): Server {
   const token = deps.config.adminToken === undefined ? undefined : Buffer.from(`Bearer ${deps.config.adminToken}`);
@@ -26,36 +30,50 @@ export function createAdminServer(deps: AdminDeps): Server {
     return got.length === token.length && timingSafeEqual(got, token);
   };
 
+  const failed = (res: ServerResponse, route: string) => (err: unknown): void => {
+    deps.log.error({ err, route }, 'admin request failed');
+    if (!res.headersSent) json(res, 500, { reason: 'internal', message: 'the request failed inside the gateway; see its log' });
+    else res.destroy();
+  };
+
   return createServer((req, res) => {
-    const url = (req.url ?? '/').split('?')[0];
-    const route = `${req.method} ${url}`;
+    const route = `${req.method} ${(req.url ?? '/').split('?')[0]}`;
+    try {
+      handle(req, res, route).catch(failed(res, route));
+    } catch (err) {
+      failed(res, route)(err);
+    }
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse, route: string): Promise<void> {
     switch (route) {
       case 'GET /health/live':
         return json(res, 200, { status: 'live' });
       case 'GET /health/ready':
         return deps.ready() ? json(res, 200, { status: 'ready' }) : json(res, 503, { status: 'unavailable' });
-      case 'GET /metrics':
-        deps.metrics().then(
-          (m) => {
-            res.writeHead(200, { 'content-type': m.contentType });
-            res.end(m.text);
-          },
-          (err: unknown) => {
-            deps.log.warn({ err }, 'metrics collection failed');
-            json(res, 500, { reason: 'internal' });
-          },
-        );
+      case 'GET /metrics': {
+        let m: { text: string; contentType: string };
+        try {
+          m = await deps.metrics();
+        } catch (err) {
+          deps.log.warn({ err }, 'metrics collection failed');
+          return json(res, 500, { reason: 'internal' });
+        }
+        res.writeHead(200, { 'content-type': m.contentType });
+        res.end(m.text);
         return;
-      case 'POST /v1/publish':
+      }
+      case 'POST /v1/publish': {
         if (!authorized(req)) return json(res, 401, { reason: 'unauthorized' });
-        readBody(req, deps.config.hardMaxFrameBytes).then(
-          (body) => {
-            if (body === undefined) return json(res, 413, { reason: 'payload_too_large' });
-            return publish(deps, req, body, res);
-          },
-          () => json(res, 400, { reason: 'bad_request', message: 'request body could not be read' }),
-        );
-        return;
+        let body: string | undefined;
+        try {
+          body = await readBody(req, deps.config.hardMaxFrameBytes);
+        } catch {
+          return json(res, 400, { reason: 'bad_request', message: 'request body could not be read' });
+        }
+        if (body === undefined) return json(res, 413, { reason: 'payload_too_large' });
+        return publish(deps, req, body, res);
+      }
       case 'POST /admin/drain':
         if (!authorized(req)) return json(res, 401, { reason: 'unauthorized' });
         deps.log.info('drain requested on the admin port');
@@ -64,7 +82,7 @@ export function createAdminServer(deps: AdminDeps): Server {
       default:
         return json(res, 404, { reason: 'not_found' });
     }
-  });
+  }
 }
 
 async function publish(deps: AdminDeps, req: IncomingMessage, body: string, res: ServerResponse): Promise<void> {

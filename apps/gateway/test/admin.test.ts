@@ -1,0 +1,71 @@
+/**
+ * The admin server in-process, with dependencies that fail: a rejection or
+ * a throw answers 500 with a JSON reason and is logged; the process (this
+ * test's, where an unhandled rejection would fail the run) stays up and the
+ * server keeps answering.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { loadConfig } from '@sluice/core';
+import type { Logger } from '@sluice/telemetry';
+import { type AdminDeps, createAdminServer } from '../src/admin.ts';
+
+const { config } = loadConfig({ LOG_LEVEL: 'silent' }, { availableParallelism: 2 });
+const logged: { level: string; msg: string }[] = [];
+const log = Object.fromEntries(['debug', 'info', 'warn', 'error', 'fatal'].map((level) =>
+  [level, (_fields: unknown, msg?: string) => void logged.push({ level, msg: msg ?? String(_fields) })])) as unknown as Logger;
+
+let failing = true;
+const deps: AdminDeps = {
+  config,
+  log,
+  ready: () => {
+    if (failing) throw new Error('shared state gone');
+    return true;
+  },
+  metrics: () => Promise.reject(new Error('a shard did not answer')),
+  publish: () => (failing ? Promise.reject(new Error('control port closed')) : Promise.resolve({ ok: true, id: '1-0', duplicate: false })),
+  drain: () => {},
+};
+
+let server: Server;
+let base: string;
+before(async () => {
+  server = createAdminServer(deps);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+const publish = (): Promise<Response> => fetch(`${base}/v1/publish`, { method: 'POST', body: JSON.stringify({ topic: 'room:1', data: 1 }) });
+
+test('a publish whose dependency rejects answers 500 with a JSON reason, and the server keeps answering', async () => {
+  const res = await publish();
+  assert.equal(res.status, 500);
+  assert.equal(res.headers.get('content-type'), 'application/json');
+  assert.equal(((await res.json()) as { reason: string }).reason, 'internal');
+  assert.ok(logged.some((l) => l.level === 'error' && l.msg === 'admin request failed'));
+  assert.equal((await fetch(`${base}/health/live`)).status, 200);
+});
+
+test('a dependency that throws synchronously (readiness) answers 500 too', async () => {
+  const res = await fetch(`${base}/health/ready`);
+  assert.equal(res.status, 500);
+  assert.deepEqual(Object.keys((await res.json()) as object).sort(), ['message', 'reason']);
+});
+
+test('metrics that fail to collect answer 500 internal', async () => {
+  const res = await fetch(`${base}/metrics`);
+  assert.equal(res.status, 500);
+  assert.equal(((await res.json()) as { reason: string }).reason, 'internal');
+});
+
+test('once the dependencies work again, so do the routes', async () => {
+  failing = false;
+  const res = await publish();
+  assert.equal(res.status, 200);
+  assert.deepEqual(await res.json(), { id: '1-0' });
+  assert.equal((await fetch(`${base}/health/ready`)).status, 200);
+});

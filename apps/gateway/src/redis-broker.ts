@@ -49,6 +49,8 @@ export class RedisBroker implements ShardBroker {
    */
   private readonly splices = new Map<string, ReplaySplice<Delivery>>();
   private readonly emit = (d: Delivery): void => this.deliver(d);
+  /** What a callback of a Redis reply threw (a bug downstream): logged, not an unhandled rejection that stops the shard. */
+  private readonly callbackFailed = (err: unknown): void => this.log.error({ err }, 'handling a redis reply failed');
   /** Topics whose catch-up read waits for the command connection (the subscriber connection came back first). */
   private readonly awaitingCmd = new Set<string>();
   private readonly counts = { durable: 0, keyed: 0, ephemeral: 0, duplicates: 0, errors: 0 };
@@ -154,7 +156,7 @@ export class RedisBroker implements ShardBroker {
           this.counts.errors++;
           this.mesh.publishThen(tenant, req, done);
         },
-      );
+      ).catch(this.callbackFailed);
       return;
     }
     if (!this.up) {
@@ -180,7 +182,7 @@ export class RedisBroker implements ShardBroker {
         if (this.log.isLevelEnabled('debug')) this.log.debug({ err }, 'durable publish failed');
         done(UNAVAILABLE);
       },
-    );
+    ).catch(this.callbackFailed);
   }
 
   publish(tenant: string, req: PublishFields): Promise<PublishResult> {
@@ -292,7 +294,7 @@ export class RedisBroker implements ShardBroker {
         this.log.warn({ err }, 'redis resubscribe failed; retrying on the next reconnect');
         for (const t of topics) this.release(t);
       },
-    );
+    ).catch(this.callbackFailed);
   }
 
   private catchUp(topic: string): void {
@@ -324,7 +326,7 @@ export class RedisBroker implements ShardBroker {
         this.log.warn({ err, topic }, 'could not read what a topic stored while redis was unreachable');
         this.release(topic);
       },
-    );
+    ).catch(this.callbackFailed);
   }
 
   /** Ends a topic's catch-up without its read: the live events that waited go out in order. */

@@ -138,142 +138,77 @@ export function decodeServerFrame(text: string): ServerDecodeResult {
   try {
     raw = JSON.parse(text);
   } catch {
-    return bad('frame is not valid JSON');
+    return { ok: false, message: 'frame is not valid JSON' };
   }
   return decodeServerFrameObject(raw);
 }
 
-type Fields = Record<string, unknown>;
-
-/** Thrown inside the decoder only, caught at its top: one check per field instead of one branch per check. */
-class Bad {
-  constructor(readonly message: string) {}
-}
-
 /** Validates an already parsed server frame. */
 export function decodeServerFrameObject(raw: unknown): ServerDecodeResult {
-  try {
-    return { ok: true, frame: frameOf(record(raw, 'frame')) };
-  } catch (e) {
-    if (e instanceof Bad) return bad(e.message);
-    throw e;
+  if (record(raw) === BAD) return { ok: false, message: 'frame must be a JSON object' };
+  const f = raw as Fields;
+  const type = f.type;
+  const key = type === 'reply' ? `reply.${String(f.status)}` : type;
+  const schema = typeof key === 'string' && Object.hasOwn(SCHEMAS, key) ? SCHEMAS[key] : undefined;
+  if (schema === undefined) return { ok: false, message: type === 'reply' ? 'status must be ok or error' : 'unknown type' };
+  const frame: Fields = { type };
+  for (const k in schema) {
+    const v = schema[k]!(f[k]);
+    if (v === BAD) return { ok: false, message: `${k} is malformed` };
+    frame[k] = v;
   }
+  return { ok: true, frame: frame as unknown as ServerFrame };
 }
 
-function bad(message: string): ServerDecodeResult {
-  return { ok: false, message };
-}
+type Fields = Record<string, unknown>;
 
-function frameOf(f: Fields): ServerFrame {
-  switch (f.type) {
-    case 'welcome': {
-      const connectionId = f.connectionId;
-      if (typeof connectionId !== 'string' || connectionId === '') throw new Bad('connectionId must be a non-empty string');
-      return {
-        type: 'welcome',
-        connectionId,
-        heartbeatMs: ms(f.heartbeatMs, 'heartbeatMs', false)!,
-        limits: f.limits === undefined ? undefined : limitsOf(record(f.limits, 'limits')),
-        expiresAt: ms(f.expiresAt, 'expiresAt', true),
-      };
-    }
-    case 'reply': {
-      const ref = optString(f.ref, 'ref');
-      if (f.status === 'ok') return { type: 'reply', ref, status: 'ok', data: f.data };
-      if (f.status !== 'error') throw new Bad('status must be ok or error');
-      return { type: 'reply', ref, status: 'error', ...rejection(f) };
-    }
-    case 'event':
-      if (!('data' in f)) throw new Bad('event needs data');
-      return {
-        type: 'event',
-        topic: topicOf(f.topic, true),
-        id: optMatch(f.id, EVENT_ID_PATTERN, 'id'),
-        key: optMatch(f.key, NON_EMPTY, 'key'),
-        traceparent: optString(f.traceparent, 'traceparent'),
-        data: f.data,
-      };
-    case 'pong':
-      return { type: 'pong', ref: optString(f.ref, 'ref') };
-    case 'error':
-      return { type: 'error', ...rejection(f) };
-    case 'subscribed':
-      return { type: 'subscribed', topic: topicOf(f.topic, false) };
-    case 'unsubscribed':
-      return { type: 'unsubscribed', topic: topicOf(f.topic, false), reason: reasonOf(f.reason) };
-    case 'presence_state': {
-      const count = f.count;
-      if (!Number.isInteger(count) || (count as number) < 0) throw new Bad('count must be a whole number');
-      if (f.truncated !== undefined && typeof f.truncated !== 'boolean') throw new Bad('truncated must be a boolean');
-      return {
-        type: 'presence_state', topic: topicOf(f.topic, false), users: usersOf(f.users, 'users'), count: count as number, truncated: f.truncated === true,
-      };
-    }
-    case 'presence_diff': {
-      const leaves = record(f.leaves, 'leaves');
-      for (const k in leaves) record(leaves[k], 'leaves');
-      return { type: 'presence_diff', topic: topicOf(f.topic, false), joins: usersOf(f.joins, 'joins'), leaves: leaves as PresenceDiffFrame['leaves'] };
-    }
-    default:
-      throw new Bad(f.type === undefined ? 'frame needs a type' : 'unknown type');
-  }
-}
+/**
+ * Each frame type's fields, as checks that return the field's value or BAD.
+ * A table rather than code per type: the SDK's browser build carries it.
+ */
+const BAD: unique symbol = Symbol('bad');
+type Check = (v: unknown) => unknown;
 
-const NON_EMPTY = /^[^]+$/;
-
-function record(v: unknown, name: string): Fields {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Bad(`${name} must be a JSON object`);
-  return v as Fields;
-}
-
-function optString(v: unknown, name: string): string | undefined {
-  if (v !== undefined && typeof v !== 'string') throw new Bad(`${name} must be a string`);
-  return v;
-}
-
-function optMatch(v: unknown, pattern: RegExp, name: string): string | undefined {
-  if (v !== undefined && (typeof v !== 'string' || !pattern.test(v))) throw new Bad(`${name} is malformed`);
-  return v;
-}
-
+const opt = (check: Check): Check => (v) => (v === undefined ? v : check(v));
+const is = (test: (v: unknown) => boolean): Check => (v) => (test(v) ? v : BAD);
+const str = is((v) => typeof v === 'string');
+const nonEmpty = is((v) => typeof v === 'string' && v !== '');
+const match = (pattern: RegExp): Check => is((v) => typeof v === 'string' && pattern.test(v));
+const constant = (c: string): Check => is((v) => v === c);
 /** A finite, non-negative number of milliseconds. */
-function ms(v: unknown, name: string, optional: boolean): number | undefined {
-  if (v === undefined && optional) return undefined;
-  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new Bad(`${name} must be a number of milliseconds`);
+const ms = is((v) => typeof v === 'number' && v >= 0 && Number.isFinite(v));
+const whole = (min: number): Check => is((v) => Number.isInteger(v) && (v as number) >= min);
+const any: Check = (v) => v;
+const present: Check = (v) => (v === undefined ? BAD : v);
+const topic = match(TOPIC_PATTERN);
+const ref = opt(str);
+
+function record(v: unknown, each: Check = any): unknown {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return BAD;
+  for (const k in v) if (each((v as Fields)[k]) === BAD) return BAD;
   return v;
 }
 
-function reasonOf(v: unknown): string {
-  if (typeof v !== 'string' || v === '') throw new Bad('reason must be a non-empty string');
-  return v;
-}
-
-function rejection(f: Fields): { reason: string; retryAfterMs: number | undefined; message: string | undefined } {
-  return { reason: reasonOf(f.reason), retryAfterMs: ms(f.retryAfterMs, 'retryAfterMs', true), message: optString(f.message, 'message') };
-}
-
-function topicOf(v: unknown, orUsers: boolean): string {
-  if (typeof v !== 'string' || !(TOPIC_PATTERN.test(v) || (orUsers && v === USER_TOPIC))) throw new Bad('topic is malformed');
-  return v;
-}
-
+const limits: Check = (v) => (record(v) !== BAD && LIMIT_FIELDS.every((k) => {
+  const n = (v as Fields)[k];
+  return typeof n === 'number' && n > 0 && Number.isFinite(n);
+}) ? Object.fromEntries(LIMIT_FIELDS.map((k) => [k, (v as Fields)[k]])) : BAD);
 const LIMIT_FIELDS = ['maxFrameBytes', 'hardMaxFrameBytes', 'maxMessages', 'rateWindowMs', 'maxJoins'] as const;
+const users: Check = (v) => record(v, (u) => (record(u) === BAD ? BAD : whole(1)((u as Fields).connections)));
+const rejection = { reason: nonEmpty, retryAfterMs: opt(ms), message: opt(str) };
 
-function limitsOf(l: Fields): Limits {
-  const out: Partial<Record<keyof Limits, number>> = {};
-  for (const k of LIMIT_FIELDS) {
-    const v = l[k];
-    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new Bad(`limits.${k} must be a positive number`);
-    out[k] = v;
-  }
-  return out as Limits;
-}
-
-function usersOf(v: unknown, name: string): Readonly<Record<string, PresenceUser>> {
-  const users = record(v, name);
-  for (const k in users) {
-    const c = record(users[k], name).connections;
-    if (!Number.isInteger(c) || (c as number) < 1) throw new Bad(`${name}: connections must be a positive whole number`);
-  }
-  return users as Record<string, PresenceUser>;
-}
+const SCHEMAS: Readonly<Record<string, Readonly<Record<string, Check>>>> = {
+  welcome: { connectionId: nonEmpty, heartbeatMs: ms, limits: opt(limits), expiresAt: opt(ms) },
+  'reply.ok': { ref, status: constant('ok'), data: any },
+  'reply.error': { ref, status: constant('error'), ...rejection },
+  event: {
+    topic: is((v) => v === USER_TOPIC || topic(v) !== BAD), id: opt(match(EVENT_ID_PATTERN)), key: opt(nonEmpty), traceparent: opt(str),
+    data: present,
+  },
+  pong: { ref },
+  error: rejection,
+  subscribed: { topic },
+  unsubscribed: { topic, reason: nonEmpty },
+  presence_state: { topic, users, count: whole(0), truncated: (v) => (v === undefined ? false : typeof v === 'boolean' ? v : BAD) },
+  presence_diff: { topic, joins: users, leaves: (v) => record(v, record) },
+};

@@ -96,7 +96,8 @@ describe('decodeServerFrame: every server frame of PROTOCOL.md decodes', () => {
 
 describe('decodeServerFrame: what is not a server frame is refused with a message', () => {
   test('not JSON, not an object, no or unknown type', () => {
-    for (const text of ['', '{', 'pong', '[]', '42', 'null', '"event"', '{}', '{"type":"join","topic":"a"}', '{"type":1}', '{"type":"Welcome"}']) {
+    for (const text of ['', '{', 'pong', '[]', '42', 'null', '"event"', '{}', '{"type":"join","topic":"a"}', '{"type":1}', '{"type":"Welcome"}',
+      '{"type":"__proto__"}', '{"type":"constructor"}', '{"type":"toString"}', '{"type":"reply","status":"__proto__"}']) {
       rejected(text);
     }
   });

@@ -51,3 +51,11 @@ export class SluiceError extends Error {
     this.status = details.status;
   }
 }
+
+const KNOWN_CODES = new Set<string>(['bad_request', 'payload_too_large', 'forbidden', 'too_many_joins', 'internal', 'abusive', 'unauthorized',
+  'forbidden_origin']);
+
+/** A server reason as an error code; a reason this SDK does not know (a newer server) maps to `internal`. */
+export function errorCode(reason: string): SluiceErrorCode {
+  return KNOWN_CODES.has(reason) ? (reason as SluiceErrorCode) : 'internal';
+}

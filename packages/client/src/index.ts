@@ -1,5 +1,5 @@
+export { SluiceClient } from './client.ts';
 export {
-  SluiceClient,
   type ClientEvents,
   type ClientState,
   type ConnectedEvent,
@@ -15,7 +15,7 @@ export {
   type SubscribeOptions,
   type Subscription,
   type TokenRequest,
-} from './client.ts';
+} from './types.ts';
 export { SluiceError, type SluiceErrorCode, type SluiceErrorDetails } from './errors.ts';
 export type { WebSocketConstructor, WebSocketLike } from './socket.ts';
 export { afterClose, afterRefusal, type Backoff, DEFAULT_BACKOFF, type Disposition, fullJitter, parseReason, reconnectDelay } from './policy.ts';

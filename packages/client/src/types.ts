@@ -1,0 +1,161 @@
+/**
+ * The SDK's public types: options, events, subscriptions and publishes.
+ * Everything here is re-exported from index.ts unchanged.
+ */
+import type { Limits } from '@sluice/protocol';
+import type { SluiceError } from './errors.ts';
+import type { WebSocketConstructor } from './socket.ts';
+
+export type ClientState = 'idle' | 'connecting' | 'open' | 'reconnecting' | 'closed';
+
+/** What the `token` callback is told. */
+export interface TokenRequest {
+  /**
+   * True when the server refused the last token: after a close with 4001
+   * `token_expired`, or a 401 at the upgrade. A cached token must not be
+   * handed out again.
+   */
+  readonly refresh: boolean;
+  readonly reason: 'token_expired' | 'unauthorized' | undefined;
+}
+
+export interface SluiceClientOptions {
+  /** `ws://host:port/ws`, or a list: each attempt picks one at random, never the one that just failed or closed. */
+  readonly url: string | readonly string[];
+  /** Asked before every connection attempt; with `refresh: true` after 4001 or 401. */
+  readonly token?: (request: TokenRequest) => string | Promise<string>;
+  /**
+   * Where the token travels. `protocol` (default): a `bearer.<jwt>`
+   * subprotocol next to `sluice.v1`, the only way a browser can send it
+   * without the query string. `query`: `?token=<jwt>`, which proxies log.
+   */
+  readonly tokenIn?: 'protocol' | 'query';
+  /** The WebSocket implementation: default `globalThis.WebSocket`; in Node 20 pass the `ws` package's export. */
+  readonly WebSocket?: WebSocketConstructor;
+  /** Reconnect backoff with full jitter. `resetAfterMs`: a connection open at least this long resets the failure count. */
+  readonly backoff?: { readonly initialMs?: number; readonly maxMs?: number; readonly resetAfterMs?: number };
+  /** Most unacknowledged publishes kept (default 1000); one more rejects with `outbox_full`. */
+  readonly outboxLimit?: number;
+  /**
+   * Idle time before the client sends a `ping` frame, and the time it then
+   * waits for any frame before it declares the socket dead. Default: the
+   * server's `heartbeatMs` from `welcome`; 0 turns the check off.
+   */
+  readonly heartbeatMs?: number;
+  /** Random source for jitter and the choice of URL, in [0, 1). Default Math.random. */
+  readonly random?: () => number;
+  /** From the socket's creation to `welcome` (default 15000); longer counts as a failed attempt. */
+  readonly connectTimeoutMs?: number;
+  /**
+   * How long after its first send an unacknowledged durable publish may still
+   * be resent with its idempotencyKey (default 290000, under the gateway's
+   * WS_IDEMPOTENCY_TTL_MS of 300000). Past it the publish is rejected with
+   * `outcome_unknown` rather than risk a second delivery.
+   */
+  readonly idempotencyWindowMs?: number;
+}
+
+export interface ConnectedEvent {
+  readonly connectionId: string;
+  readonly url: string;
+  /** The server's heartbeat interval from `welcome`. */
+  readonly heartbeatMs: number;
+  /** The per-socket limits from `welcome`; the client paces its frames under them. */
+  readonly limits: Limits;
+}
+
+export interface DisconnectedEvent {
+  /** The close code (1006 when the socket was cut, or when the client gave up on it: see `reason`). */
+  readonly code: number;
+  /** The close reason's `reason` (e.g. `unavailable`, `slow_consumer`), or the client's own: `heartbeat_timeout`, `client_closed`. */
+  readonly reason: string | undefined;
+  readonly retryAfterMs: number | undefined;
+  readonly willReconnect: boolean;
+  readonly url: string;
+}
+
+export interface ReconnectingEvent {
+  /** The wait before the next attempt. Never less than `retryAfterMs`. */
+  readonly inMs: number;
+  /** 1 for the first attempt after a good connection, counting up while attempts fail. */
+  readonly attempt: number;
+  /** The server's hint, when it gave one (close reason, refusal body, Retry-After, ...). */
+  readonly retryAfterMs: number | undefined;
+  /** Why: a close or refusal reason (`unavailable`, `token_expired`, `ip_rate_limited`, ...) or the client's own. */
+  readonly reason: string | undefined;
+  /** The close code, when a socket closed. */
+  readonly code: number | undefined;
+  /** The HTTP status, when the upgrade was refused and the WebSocket implementation showed it (`ws` does, browsers do not). */
+  readonly status: number | undefined;
+}
+
+export interface RecoveredEvent {
+  readonly topic: string;
+  /**
+   * True when every event after `since` was replayed. False when some may be
+   * missing: the application should refetch the topic's state another way.
+   */
+  readonly recovered: boolean;
+  /** The id the join resumed from; undefined when the client had none (no durable event seen yet), in which case `recovered` is false. */
+  readonly since: string | undefined;
+}
+
+export interface ClientEvents {
+  connected: ConnectedEvent;
+  disconnected: DisconnectedEvent;
+  reconnecting: ReconnectingEvent;
+  recovered: RecoveredEvent;
+  error: SluiceError;
+}
+
+export interface SluiceEvent {
+  readonly topic: string;
+  /** Durable events only. */
+  readonly id?: string;
+  /** Keyed events only. */
+  readonly key?: string;
+  readonly traceparent?: string;
+  readonly data: unknown;
+}
+
+export type EventHandler = (event: SluiceEvent) => void;
+
+export interface SubscribeOptions {
+  /** Start after this event id: every later event still in history is replayed first. */
+  readonly since?: string;
+}
+
+export interface JoinResult {
+  /** The server's answer to a join with `since`; undefined for a join without. */
+  readonly recovered: boolean | undefined;
+}
+
+export interface Subscription {
+  readonly topic: string;
+  /** The id of the last durable event delivered on this topic (or the `since` it started from). */
+  readonly lastId: string | undefined;
+  /** Settles at the first join's reply: rejects with `forbidden`, `too_many_joins`, or `closed`. */
+  readonly ready: Promise<JoinResult>;
+  unsubscribe(): void;
+}
+
+export interface PublishOptions {
+  /** Durable publishes only. Default: generated by the client, unique per publish. */
+  readonly idempotencyKey?: string;
+  /** A keyed publish: only the newest per (topic, key) matters. */
+  readonly key?: string;
+  /** An ephemeral publish: not stored, never resent. */
+  readonly ephemeral?: boolean;
+  /** W3C Trace Context, carried to the event frames. */
+  readonly traceparent?: string;
+}
+
+export interface PublishResult {
+  /** The event's id (durable publishes). */
+  readonly id?: string;
+  /** True when the server had already stored this idempotencyKey: `id` is the first publish's. */
+  readonly duplicate?: boolean;
+}
+
+/** How the parts tell the facade's listeners (the facade's protected `emit`). @internal */
+export type Emit = <K extends keyof ClientEvents>(event: K, payload: ClientEvents[K]) => void;

@@ -8,6 +8,7 @@
 // published, so nothing in dist may import it.
 import { readFileSync, rmSync } from 'node:fs';
 import { resolve } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 import { rollup } from 'rollup';
@@ -62,7 +63,8 @@ for (const r of results) {
 const bundle = await rollup({
   input: ENTRY,
   external: (id) => !id.startsWith('.') && !id.startsWith('/') && id !== '@sluice/protocol',
-  plugins: [dts({ tsconfig: `${PKG}tsconfig.json`, respectExternal: true, compilerOptions: { types: [] } })],
+  // stripInternal: what is marked @internal (the constructor that takes a test clock) is not API.
+  plugins: [dts({ tsconfig: `${PKG}tsconfig.json`, respectExternal: true, compilerOptions: { types: [], stripInternal: true } })],
   onwarn(warning) {
     throw new Error(`rollup: ${warning.message}`);
   },
@@ -75,4 +77,6 @@ const imports = [...dtsText.matchAll(/\b(?:from|import)\s*\(?\s*['"]([^'"]+)['"]
 if (imports.length > 0) throw new Error(`dist/index.d.ts still imports ${imports.join(', ')}`);
 if (/\/\/\/\s*<reference/.test(dtsText)) throw new Error('dist/index.d.ts has a triple-slash reference');
 
-console.log('@sluice/client: dist/index.js, dist/index.d.ts, dist/sluice-client.browser.min.js');
+const browser = readFileSync(`${DIST}/sluice-client.browser.min.js`);
+const gz = gzipSync(browser, { level: 9 }).length;
+console.log(`@sluice/client: dist/index.js, dist/index.d.ts, dist/sluice-client.browser.min.js (${browser.length} B, ${gz} B gzipped)`);

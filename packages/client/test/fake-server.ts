@@ -1,0 +1,267 @@
+/**
+ * An in-process fake gateway for the SDK's timing cases (as centrifuge-js's
+ * fakeServer.ts): it speaks protocol v1 with @sluice/protocol's own decoder
+ * and encoders, over in-memory sockets the SDK gets as its WebSocket, on a
+ * virtual clock the SDK gets as its clock. Nothing sleeps: a test moves time
+ * with `clock.advance(ms)`, and every timer due on the way fires in order.
+ *
+ * Defaults answer as the gateway does (welcome, join ok, publish ok with an
+ * id, pong); a test overrides `onUpgrade` and `onFrame`, or pushes and
+ * closes from the server's side, for the case it checks.
+ */
+import {
+  type ClientFrame, decodeClientFrame, encodePong, encodeReplyOk, type Limits, welcomeFrame, welcomePrefix,
+} from '@sluice/protocol';
+import type { Clock, TimerHandle } from '../src/clock.ts';
+import { SluiceClient, type SluiceClientOptions, type WebSocketConstructor, type WebSocketLike } from '../src/index.ts';
+import type { UpgradeResponseLike } from '../src/socket.ts';
+
+/** Lets every queued socket event and promise callback run; no time passes. */
+export async function settle(): Promise<void> {
+  for (let i = 0; i < 3; i++) await new Promise<void>((r) => setImmediate(r));
+}
+
+export class FakeClock implements Clock {
+  private t = 1_000_000;
+  private seq = 0;
+  private readonly timers = new Map<number, { readonly at: number; readonly fn: () => void }>();
+
+  now(): number {
+    return this.t;
+  }
+
+  setTimeout(fn: () => void, ms: number): TimerHandle {
+    const id = ++this.seq;
+    this.timers.set(id, { at: this.t + Math.max(0, ms), fn });
+    return id;
+  }
+
+  clearTimeout(handle: TimerHandle): void {
+    this.timers.delete(handle as number);
+  }
+
+  /** Timers armed now. */
+  get armed(): number {
+    return this.timers.size;
+  }
+
+  /** Moves time forward by `ms`, firing each timer at its due time, in order, and letting what it starts run. */
+  async advance(ms: number): Promise<void> {
+    const end = this.t + ms;
+    await settle();
+    for (;;) {
+      let next: [number, { at: number; fn: () => void }] | undefined;
+      for (const e of this.timers) if (e[1].at <= end && (next === undefined || e[1].at < next[1].at)) next = e;
+      if (next === undefined) break;
+      this.timers.delete(next[0]);
+      this.t = next[1].at;
+      next[1].fn();
+      await settle();
+    }
+    this.t = end;
+  }
+}
+
+/** What the fake does with an upgrade: welcome it, open it without a welcome, refuse it over HTTP, or drop it. */
+export type Upgrade =
+  | { readonly kind: 'welcome' }
+  | { readonly kind: 'silent' }
+  | { readonly kind: 'refuse'; readonly status: number; readonly body: string; readonly retryAfter?: string }
+  | { readonly kind: 'drop' };
+
+export interface Received {
+  readonly at: number;
+  readonly socket: FakeSocket;
+  readonly frame: ClientFrame;
+}
+
+const LIMITS: Limits = { maxFrameBytes: 131072, hardMaxFrameBytes: 1048576, maxMessages: 20, rateWindowMs: 1000, maxJoins: 50 };
+
+export class FakeServer {
+  readonly clock = new FakeClock();
+  readonly sockets: FakeSocket[] = [];
+  readonly received: Received[] = [];
+  readonly WebSocket: WebSocketConstructor;
+  heartbeatMs = 25_000;
+  limits: Limits = LIMITS;
+  onUpgrade: (url: string, protocols: string[]) => Upgrade = () => ({ kind: 'welcome' });
+  /** The answer to a client frame: frames to send back, or undefined for the gateway's default answer. */
+  onFrame: (frame: ClientFrame, socket: FakeSocket) => string[] | undefined = () => undefined;
+  private ids = 0;
+  private conns = 0;
+
+  constructor() {
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- the class below is made per server
+    const server = this;
+    this.WebSocket = class extends FakeSocket {
+      constructor(url: string, protocols?: string | string[]) {
+        super(server, url, typeof protocols === 'string' ? [protocols] : [...(protocols ?? [])]);
+      }
+    };
+  }
+
+  /** A client of this server, on its clock. */
+  client(options: Partial<SluiceClientOptions> = {}): SluiceClient {
+    return new SluiceClient({ url: 'ws://fake/ws', WebSocket: this.WebSocket, ...options }, this.clock);
+  }
+
+  get last(): FakeSocket {
+    const s = this.sockets.at(-1);
+    if (s === undefined) throw new Error('no socket yet');
+    return s;
+  }
+
+  /** Times at which the client opened each socket. */
+  get openedAt(): number[] {
+    return this.sockets.map((s) => s.createdAt);
+  }
+
+  ofType(type: ClientFrame['type']): Received[] {
+    return this.received.filter((r) => r.frame.type === type);
+  }
+
+  /** @internal */
+  accept(socket: FakeSocket): void {
+    this.sockets.push(socket);
+    const upgrade = this.onUpgrade(socket.url, socket.protocols);
+    socket.later(() => {
+      switch (upgrade.kind) {
+        case 'drop':
+          socket.serverClose(1006, '');
+          return;
+        case 'refuse':
+          socket.refuse(upgrade.status, upgrade.body, upgrade.retryAfter);
+          return;
+        default:
+          socket.opened();
+          if (upgrade.kind === 'welcome') socket.push(welcomeFrame(welcomePrefix(this.heartbeatMs, this.limits), `fake.0.0.${++this.conns}`));
+      }
+    });
+  }
+
+  /** @internal */
+  frame(socket: FakeSocket, text: string): void {
+    const r = decodeClientFrame(text);
+    if (!r.ok) throw new Error(`the SDK sent a frame the gateway refuses: ${text} (${r.message})`);
+    const f = r.frame;
+    this.received.push({ at: this.clock.now(), socket, frame: f });
+    const answer = this.onFrame(f, socket) ?? this.defaultAnswer(f);
+    for (const a of answer) socket.push(a);
+  }
+
+  /** The id the next durable publish gets. */
+  nextId(): string {
+    return `${this.clock.now()}-${this.ids++}`;
+  }
+
+  private defaultAnswer(f: ClientFrame): string[] {
+    switch (f.type) {
+      case 'ping':
+        return [encodePong(f.ref)];
+      case 'publish':
+        return [encodeReplyOk(f.ref, f.cls === 0 ? JSON.stringify({ id: this.nextId() }) : undefined)];
+      default:
+        return [encodeReplyOk(f.ref)];
+    }
+  }
+}
+
+type Handler = ((ev: never) => unknown) | null;
+
+/** One in-memory socket: the SDK's side is the WebSocket surface; the test's side is push, serverClose and mute. */
+export class FakeSocket implements WebSocketLike {
+  readyState = 0;
+  readonly protocol = 'sluice.v1';
+  readonly createdAt: number;
+  onopen: Handler = null;
+  onmessage: Handler = null;
+  onclose: Handler = null;
+  onerror: Handler = null;
+  /** The close code the client sent, if it closed. */
+  closedByClient: number | undefined;
+  /** A muted socket delivers nothing either way: a dead network. */
+  muted = false;
+  private refusalListener: ((req: unknown, res: UpgradeResponseLike) => void) | undefined;
+
+  constructor(private readonly server: FakeServer, readonly url: string, readonly protocols: string[]) {
+    this.createdAt = server.clock.now();
+    server.accept(this);
+  }
+
+  /** Socket events come asynchronously, as from a real socket. */
+  later(fn: () => void): void {
+    queueMicrotask(fn);
+  }
+
+  send(data: string): void {
+    if (this.readyState !== 1) throw new Error('send on a socket that is not open');
+    if (this.muted) return;
+    this.later(() => {
+      if (this.readyState === 1) this.server.frame(this, data);
+    });
+  }
+
+  close(code = 1000): void {
+    if (this.readyState >= 2) return;
+    this.closedByClient = code;
+    this.readyState = 2;
+    // The server answers the closing handshake, unless the network is dead.
+    if (!this.muted) this.later(() => this.end(code, ''));
+  }
+
+  terminate(): void {
+    this.later(() => this.end(1006, ''));
+  }
+
+  on(event: 'unexpected-response', listener: (req: unknown, res: UpgradeResponseLike) => void): this {
+    if (event === 'unexpected-response') this.refusalListener = listener;
+    return this;
+  }
+
+  // --- the server's side ---
+
+  opened(): void {
+    this.readyState = 1;
+    this.call(this.onopen, {});
+  }
+
+  push(frame: string): void {
+    if (this.muted) return;
+    this.later(() => {
+      if (this.readyState === 1) this.call(this.onmessage, { data: frame });
+    });
+  }
+
+  serverClose(code: number, reason: string): void {
+    this.later(() => this.end(code, reason));
+  }
+
+  refuse(status: number, body: string, retryAfter: string | undefined): void {
+    const listeners = new Map<string, (chunk?: unknown) => void>();
+    const res: UpgradeResponseLike = {
+      statusCode: status,
+      headers: retryAfter === undefined ? {} : { 'retry-after': retryAfter },
+      on(event: string, listener: (chunk?: unknown) => void) {
+        listeners.set(event, listener);
+        return res;
+      },
+    };
+    if (this.refusalListener === undefined) {
+      this.end(1006, ''); // a browser sees only the close
+      return;
+    }
+    this.refusalListener(undefined, res);
+    listeners.get('data')?.(body);
+    listeners.get('end')?.();
+  }
+
+  private end(code: number, reason: string): void {
+    if (this.readyState === 3) return;
+    this.readyState = 3;
+    this.call(this.onclose, { code, reason });
+  }
+
+  private call(h: Handler, ev: unknown): void {
+    if (h !== null) (h as (e: unknown) => unknown)(ev);
+  }
+}

@@ -105,6 +105,15 @@ export class FakeServer {
     return new SluiceClient({ url: 'ws://fake/ws', WebSocket: this.WebSocket, ...options }, this.clock);
   }
 
+  /** A client that has connected and been welcomed, and the time it was. */
+  async open(options: Partial<SluiceClientOptions> = {}): Promise<{ client: SluiceClient; t0: number }> {
+    const client = this.client(options);
+    client.connect();
+    await this.clock.advance(0);
+    if (client.state !== 'open') throw new Error(`the client is ${client.state}, not open`);
+    return { client, t0: this.clock.now() };
+  }
+
   get last(): FakeSocket {
     const s = this.sockets.at(-1);
     if (s === undefined) throw new Error('no socket yet');

@@ -194,10 +194,7 @@ describe('pacing and the waits the server asks for', () => {
   test('the welcome\'s limit paces frames: 5 per 1000 ms (+ 100 ms margin)', async () => {
     const server = new FakeServer();
     server.limits = { ...server.limits, maxMessages: 5 };
-    const client = server.client();
-    client.connect();
-    await server.clock.advance(0);
-    const t0 = server.clock.now();
+    const { client, t0 } = await server.open();
     const acks = Array.from({ length: 12 }, (_, i) => client.publish('pace:1', i));
     await server.clock.advance(3000);
     await Promise.all(acks);
@@ -213,10 +210,7 @@ describe('pacing and the waits the server asks for', () => {
       first = false;
       return [encodeReplyError(f.ref, 'rate_limited', 400)];
     };
-    const client = server.client();
-    client.connect();
-    await server.clock.advance(0);
-    const t0 = server.clock.now();
+    const { client, t0 } = await server.open();
     const ack = client.publish('rl:1', 'x');
     await server.clock.advance(0);
     client.subscribe('rl:2', () => undefined);
@@ -238,10 +232,7 @@ describe('pacing and the waits the server asks for', () => {
       (ref: string | undefined) => encodeReplyError(ref, 'unavailable'),
     ];
     server.onFrame = (f) => (f.type === 'publish' && answers.length > 0 ? [answers.shift()!(f.ref)] : undefined);
-    const client = server.client({ random: half });
-    client.connect();
-    await server.clock.advance(0);
-    const t0 = server.clock.now();
+    const { client, t0 } = await server.open({ random: half });
     const ack = client.publish('t:1', 'x');
     await server.clock.advance(100);
     client.subscribe('t:2', () => undefined);
@@ -282,10 +273,7 @@ describe('pacing and the waits the server asks for', () => {
       }
       return [encodeReplyOk(f.ref)];
     };
-    const client = server.client({ random: half });
-    client.connect();
-    await server.clock.advance(0);
-    const t0 = server.clock.now();
+    const { client, t0 } = await server.open({ random: half });
     const sub = client.subscribe('j:1', () => undefined);
     await server.clock.advance(1000);
     assert.deepEqual(await sub.ready, { recovered: undefined });

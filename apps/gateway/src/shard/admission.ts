@@ -125,26 +125,23 @@ export class Admission {
   }
 
   private refuseIp(res: HttpResponse, waitMs: number): 'ip_rate_limited' {
-    this.ctx.counters.upgrades.ip_rate_limited++;
-    res.cork(() => {
-      res.writeStatus('429 Too Many Requests')
-        .writeHeader('retry-after', retryAfterSeconds(waitMs))
-        .writeHeader('content-type', 'application/json')
-        .end(`{"reason":"ip_rate_limited","retryAfterMs":${waitMs}}`, true);
-    });
-    return 'ip_rate_limited';
+    return this.refuseWithRetry(res, 'ip_rate_limited', '429 Too Many Requests', waitMs);
   }
 
   private refuseUnavailable(res: HttpResponse): 'unavailable' {
-    this.ctx.counters.upgrades.unavailable++;
-    const retryAfterMs = retryHint(this.ctx.cfg, Math.random);
+    return this.refuseWithRetry(res, 'unavailable', '503 Service Unavailable', retryHint(this.ctx.cfg, Math.random));
+  }
+
+  /** A refusal the client may retry after `retryAfterMs`: in the body, and in whole seconds in `retry-after`. */
+  private refuseWithRetry<R extends 'ip_rate_limited' | 'unavailable'>(res: HttpResponse, reason: R, status: string, retryAfterMs: number): R {
+    this.ctx.counters.upgrades[reason]++;
     res.cork(() => {
-      res.writeStatus('503 Service Unavailable')
+      res.writeStatus(status)
         .writeHeader('retry-after', retryAfterSeconds(retryAfterMs))
         .writeHeader('content-type', 'application/json')
-        .end(`{"reason":"unavailable","retryAfterMs":${retryAfterMs}}`, true);
+        .end(`{"reason":"${reason}","retryAfterMs":${retryAfterMs}}`, true);
     });
-    return 'unavailable';
+    return reason;
   }
 
   private accept(res: HttpResponse, context: us_socket_context_t, key: string, protocol: string, extensions: string, ip: string,

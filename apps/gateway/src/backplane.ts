@@ -40,6 +40,11 @@ export interface Backplane {
   readonly store: 'memory' | 'redis';
 }
 
+/** Where a node with this config stores durable events. */
+export function storeOf(cfg: Pick<Config, 'redisUrl'>): Backplane['store'] {
+  return cfg.redisUrl === undefined ? 'memory' : 'redis';
+}
+
 export function createBackplane(deps: BackplaneDeps): Backplane {
   const { shard, config: cfg, log } = deps;
   const mesh = new MeshBroker(shard, cfg.workers, cfg, log);

@@ -10,14 +10,13 @@
  * parts: admission (upgrades), session (frames and commands), topics,
  * recovery, fan-out (with the slow lane), replies, drain, metrics, tracing.
  */
-import { effectiveSlowBufferBytes, retryHint, type WindowState } from '@sluice/core';
+import { effectiveSlowBufferBytes, PendingRequests, retryHint, type WindowState } from '@sluice/core';
 import { PROTOCOL_VERSION } from '@sluice/protocol';
-import { IndexedHistogram, loadTracing, registerThreadMetrics } from '@sluice/telemetry';
+import { loadTracing, registerThreadMetrics } from '@sluice/telemetry';
 import { loadUws, type us_listen_socket, useUpgradeCork, type Uws } from '@sluice/uws';
+import { type Backplane, createBackplane, storeOf } from '../backplane.ts';
 import type { FromShardControl, ToShardControl } from '../control.ts';
-import { Limits } from '../limits.ts';
-import { MeshBroker } from '../mesh-broker.ts';
-import { REDIS_OPS, RedisBroker, RedisOp } from '../redis-broker.ts';
+import type { Limits } from '../limits.ts';
 import type { ShardBroker } from '../shard-broker.ts';
 import { Flag, SharedState } from '../shared-state.ts';
 import { SlowLane } from '../slow-lane.ts';
@@ -40,7 +39,7 @@ export type { ShardExit, ShardTask } from './task.ts';
 export default async function runShard(task: ShardTask): Promise<ShardExit> {
   // WS_TRACING_MODULE registers an SDK in this thread's copy of the OpenTelemetry API.
   const tracer = await loadTracing(task.config.tracingModule, PROTOCOL_VERSION);
-  return new Shard(task, tracer === null ? null : new ShardTracing(tracer, task.config, task.shard)).run();
+  return new Shard(task, tracer === null ? null : new ShardTracing(tracer, task.config, storeOf(task.config), task.shard)).run();
 }
 
 /**
@@ -63,6 +62,7 @@ class Shard {
   private readonly ctx: ShardContext;
   private readonly uws: Uws;
   private readonly shared: SharedState;
+  private readonly backplane: Backplane;
   private readonly broker: ShardBroker;
   private readonly limits: Limits;
   private readonly metrics = new ShardMetrics();
@@ -70,8 +70,7 @@ class Shard {
   private readonly fanOut: FanOut;
   private readonly threadMetrics: { stop(): void };
   /** Settles waiting for the coordinator's memory window store. */
-  private readonly settles = new Map<number, (states: readonly WindowState[]) => void>();
-  private settleRid = 0;
+  private readonly settles = new PendingRequests<readonly WindowState[]>();
   private listenSocket: us_listen_socket | null = null;
   private sweepTimer: NodeJS.Timeout | undefined;
   private stopping = false;
@@ -84,19 +83,13 @@ class Shard {
     const cfg = ctx.cfg;
     this.uws = loadUws(task.uws).uws;
     this.shared = new SharedState(task.shared);
-    const mesh = new MeshBroker(task.shard, cfg.workers, cfg, ctx.log);
     const registry = this.metrics.registry;
-    // Cluster mode: how long Redis commands took, by operation.
-    const redisLatency = cfg.redisUrl === undefined ? undefined : new IndexedHistogram(registry, 'sluice_redis_command_seconds',
-      'How long Redis commands took, answered or failed (cluster mode), by operation.', 'op', REDIS_OPS);
-    this.broker = cfg.redisUrl === undefined ? mesh
-      : new RedisBroker(task.shard, mesh, cfg, ctx.log, (op, seconds) => redisLatency!.observe(op, seconds));
-    this.limits = new Limits(cfg, this.broker instanceof RedisBroker ? this.broker.client : undefined,
-      (hits, limit, windowMs, now) => new Promise((resolve) => {
-        const rid = ++this.settleRid;
-        this.settles.set(rid, resolve);
-        this.tell({ op: 'settle', rid, hits, limit, windowMs, now });
-      }), ctx.log, (seconds) => redisLatency?.observe(RedisOp.Window, seconds));
+    this.backplane = createBackplane({
+      shard: task.shard, config: cfg, log: ctx.log, registry,
+      localSettle: (hits, limit, windowMs, now) => this.settles.request((rid) => this.tell({ op: 'settle', rid, hits, limit, windowMs, now })),
+    });
+    this.broker = this.backplane.broker;
+    this.limits = this.backplane.limits;
     for (const p of task.peers) this.broker.addPeer(p.shard, p.port);
 
     const lane = new SlowLane<SocketData>(
@@ -144,11 +137,10 @@ class Shard {
     return new Promise<ShardExit>((resolve, reject) => {
       this.finish = resolve;
       this.fail = reject;
-      // Cluster mode: listen once Redis answers (or after a short wait, degraded as in an outage).
-      const connected = this.broker instanceof RedisBroker ? this.broker.connected(3000) : Promise.resolve();
       // The coordinator's probe said, once for the process, which cork this allocator needs.
       const cork = useUpgradeCork(this.uws, this.task.corkInPlace);
-      Promise.all([connected, cork]).then(() => this.listen(reject), reject);
+      // Cluster mode: the backplane is ready once Redis answers (or after a short wait, degraded as in an outage).
+      Promise.all([this.backplane.ready, cork]).then(() => this.listen(reject), reject);
     });
   }
 
@@ -210,12 +202,9 @@ class Shard {
       case 'peer':
         this.broker.addPeer(m.shard, m.port);
         return;
-      case 'settled': {
-        const done = this.settles.get(m.rid);
-        this.settles.delete(m.rid);
-        done?.(m.states);
+      case 'settled':
+        this.settles.answer(m.rid, m.states);
         return;
-      }
     }
   }
 
@@ -278,6 +267,7 @@ class Shard {
     this.fanOut.stop();
     this.session.stop();
     this.limits.stop();
+    this.settles.close('the shard stopped');
     this.threadMetrics.stop();
   }
 

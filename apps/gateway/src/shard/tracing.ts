@@ -19,7 +19,7 @@ export interface PublishSpans<F> {
 }
 
 export class ShardTracing {
-  constructor(private readonly tracer: Tracer, private readonly cfg: Config, private readonly shard: number) {}
+  constructor(private readonly tracer: Tracer, private readonly cfg: Config, private readonly store: 'memory' | 'redis', private readonly shard: number) {}
 
   upgrade(traceparent: string): Span {
     return startSpan(this.tracer, 'sluice.upgrade', SpanKind.SERVER, traceparent || undefined,
@@ -47,8 +47,8 @@ export class ShardTracing {
       'messaging.system': 'sluice', 'messaging.operation.type': 'send', 'messaging.destination.name': f.topic, 'sluice.tenant': tenant,
       'sluice.class': CLASS_LABELS[f.cls]!, 'sluice.shard': this.shard,
     });
-    const store = startSpan(this.tracer, 'sluice.store', this.cfg.redisUrl === undefined ? SpanKind.INTERNAL : SpanKind.CLIENT, span,
-      { 'sluice.store': this.cfg.redisUrl === undefined ? 'memory' : 'redis' });
+    const store = startSpan(this.tracer, 'sluice.store', this.store === 'memory' ? SpanKind.INTERNAL : SpanKind.CLIENT, span,
+      { 'sluice.store': this.store });
     return { req: { ...f, traceparent: traceparentOf(span) }, span, store };
   }
 

@@ -12,9 +12,12 @@ export const EVENT_ID_PATTERN = /^(\d{1,15})-(\d{1,15})$/;
 /**
  * W3C Trace Context `traceparent`: version 00 exactly; a later version may
  * append fields, which are ignored. Version ff and all-zero ids are invalid.
+ * The appended fields are printable ASCII without `"` and `\`: the gateway
+ * splices the value into every subscriber's event frame as is, so a quote
+ * would let a publisher write fields (a forged id) into that frame.
  */
 export const TRACEPARENT_PATTERN =
-  /^(?:00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}|(?!ff|00)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}(?:-[\x21-\x7e]*)?)$/;
+  /^(?:00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}|(?!ff|00)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}(?:-[\x21\x23-\x5b\x5d-\x7e]*)?)$/;
 
 /** How a published event travels. Chosen by the publisher. */
 export const EventClass = {

@@ -274,6 +274,13 @@ describe('decodeClientFrame: publish', () => {
     for (const traceparent of malformed) rejects({ type: 'publish', topic: 'a', data: 1, traceparent });
   });
 
+  test('a later-version traceparent with a quote or backslash is rejected: it would write fields into the event frame', () => {
+    const later = `01-${TRACEPARENT.slice(3)}`;
+    assert.equal(decodePublishOk({ data: 1, traceparent: `${later}-ext` }).traceparent, `${later}-ext`);
+    rejects({ type: 'publish', topic: 'a', data: 1, traceparent: `${later}-","id":"9999999999999-0","x":"` });
+    rejects({ type: 'publish', topic: 'a', data: 1, traceparent: `${later}-a\\` });
+  });
+
   test('dataJson round-trips the data of randomized JSON values', () => {
     const rnd = prng(0x5111ce);
     const strings = ['', 'a', 'hi "there"', 'back\\slash', 'ünï 🚀', '\u2028\u2029', '\u0000\u001f', '</script>', '__proto__'];

@@ -11,7 +11,7 @@
 import type { Config } from '@sluice/core';
 import type { RedisHealth } from '@sluice/redis';
 import { IndexedHistogram, type Logger, type Registry } from '@sluice/telemetry';
-import { Limits, type LocalSettle } from './limits.ts';
+import { SharedLimits, type LocalSettle } from './shared-limits.ts';
 import { MeshBroker } from './mesh-broker.ts';
 import { REDIS_OPS, RedisBroker, RedisOp } from './redis-broker.ts';
 import type { ShardBroker } from './shard-broker.ts';
@@ -31,7 +31,7 @@ export interface BackplaneDeps {
 
 export interface Backplane {
   readonly broker: ShardBroker;
-  readonly limits: Limits;
+  readonly limits: SharedLimits;
   /** Resolves when the shard may listen; never rejects. */
   readonly ready: Promise<void>;
   /** Cluster mode: whether Redis is up (broker and limits read the same one). Embedded: undefined. */
@@ -49,11 +49,11 @@ export function createBackplane(deps: BackplaneDeps): Backplane {
   const { shard, config: cfg, log } = deps;
   const mesh = new MeshBroker(shard, cfg.workers, cfg, log);
   if (cfg.redisUrl === undefined) {
-    return { broker: mesh, limits: new Limits(cfg, undefined, deps.localSettle, log), ready: Promise.resolve(), health: undefined, store: 'memory' };
+    return { broker: mesh, limits: new SharedLimits(cfg, undefined, deps.localSettle, log), ready: Promise.resolve(), health: undefined, store: 'memory' };
   }
   const latency = new IndexedHistogram(deps.registry, 'sluice_redis_command_seconds',
     'How long Redis commands took, answered or failed (cluster mode), by operation.', 'op', REDIS_OPS);
   const broker = new RedisBroker(shard, mesh, cfg, log, (op, seconds) => latency.observe(op, seconds));
-  const limits = new Limits(cfg, broker.client, deps.localSettle, log, (seconds) => latency.observe(RedisOp.Window, seconds), broker.health);
+  const limits = new SharedLimits(cfg, broker.client, deps.localSettle, log, (seconds) => latency.observe(RedisOp.Window, seconds), broker.health);
   return { broker, limits, ready: broker.connected(CONNECT_WAIT_MS), health: broker.health, store: 'redis' };
 }

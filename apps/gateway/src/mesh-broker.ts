@@ -5,7 +5,7 @@ import {
 } from '@sluice/core';
 import { EventClass } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
-import { EmbeddedHub } from './embedded-hub.ts';
+import { TopicOwner } from './topic-owner.ts';
 import type { BrokerStats, ShardBroker } from './shard-broker.ts';
 import { Batcher, decodePeer, encodeDelivery, encodePeer, forEachMessage, type FromOwner, type PeerMessage, type ToOwner } from './messages.ts';
 
@@ -22,14 +22,14 @@ class PeerLink {
   send(m: PeerMessage): void {
     this.out.push(m);
   }
-  deliver(d: Delivery): void {
-    this.out.pushEncoded(encodeDelivery(d));
+  deliver(ev: Delivery): void {
+    this.out.pushEncoded(encodeDelivery(ev));
   }
 }
 
 /**
  * The embedded broker as a shard sees it. Every topic has an owner shard
- * (`ownerOf`); this shard's EmbeddedHub serves the topics it owns, and the
+ * (`ownerOf`); this shard's TopicOwner serves the topics it owns, and the
  * others are reached over a full mesh of MessagePorts. A publish to a topic
  * this shard owns is stored and fanned out without leaving the thread.
  * An idempotency key is owned too (`ownerOf(tenant + key)`): a durable
@@ -42,11 +42,11 @@ class PeerLink {
  * subscribes again to its topics.
  */
 export class MeshBroker implements ShardBroker {
-  readonly hub: EmbeddedHub;
+  readonly hub: TopicOwner;
   private readonly peers = new Map<number, PeerLink>();
   /** Topic keys this shard is subscribed to, wherever their owner is. */
   private readonly subscribed = new Set<string>();
-  private deliver: (d: Delivery) => void = () => {};
+  private deliver: (ev: Delivery) => void = () => {};
   private readonly idempotency: MemoryIdempotency;
   /** Keys whose first publish is on its way to the topic owner, with the repeats waiting on it. */
   private readonly firstPublish = new Map<string, ((r: PublishResult) => void)[]>();
@@ -59,7 +59,7 @@ export class MeshBroker implements ShardBroker {
     config: Config,
     private readonly log: Logger,
   ) {
-    this.hub = new EmbeddedHub(config);
+    this.hub = new TopicOwner(config);
     const hub = this.hub;
     const counted = (): number => this.duplicates;
     this.stats = {
@@ -75,7 +75,7 @@ export class MeshBroker implements ShardBroker {
     };
     this.idempotency = new MemoryIdempotency(config.idempotencyTtlMs);
     // The local link: what the hub sends to this shard is handled at once.
-    this.hub.attach(self, { deliver: (d) => this.deliver(d) });
+    this.hub.attach(self, { deliver: (ev) => this.deliver(ev) });
   }
 
   /** Talks to `shard` on `port` from now on, replacing a link to an earlier life of it. */
@@ -179,7 +179,7 @@ export class MeshBroker implements ShardBroker {
     return this.request<HistoryRead>(owner, ownerGone(owner), (rid) => ({ op: 'hist', rid, topic, since }));
   }
 
-  onDelivery(handler: (d: Delivery) => void): void {
+  onDelivery(handler: (ev: Delivery) => void): void {
     this.deliver = handler;
   }
 
@@ -203,7 +203,7 @@ export class MeshBroker implements ShardBroker {
   private fromOwner(link: PeerLink, m: FromOwner): void {
     switch (m.op) {
       case 'ev':
-        this.deliver(m.d);
+        this.deliver(m.ev);
         return;
       case 'pubok':
         link.requests.answer(m.rid, m.res);

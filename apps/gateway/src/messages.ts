@@ -23,7 +23,7 @@ export type ToOwner =
   | { readonly op: 'hist'; readonly rid: number; readonly topic: string; readonly since: string };
 
 export type FromOwner =
-  | { readonly op: 'ev'; readonly d: Delivery }
+  | { readonly op: 'ev'; readonly ev: Delivery }
   | { readonly op: 'subok'; readonly rid: number }
   | { readonly op: 'pubok'; readonly rid: number; readonly res: PublishResult }
   | { readonly op: 'histok'; readonly rid: number; readonly read: HistoryRead };
@@ -49,7 +49,7 @@ export function encodePeer(m: PeerMessage): string {
     case 'hist':
       return `h${US}${m.rid}${US}${m.topic}${US}${m.since}`;
     case 'ev':
-      return encodeDelivery(m.d);
+      return encodeDelivery(m.ev);
     case 'pubok': {
       const r = m.res;
       return r.ok ? `a${US}${m.rid}${US}ok${US}${opt(r.id)}${US}${r.duplicate ? 1 : 0}` : `a${US}${m.rid}${US}${r.reason}`;
@@ -64,8 +64,8 @@ export function encodePeer(m: PeerMessage): string {
   }
 }
 
-export function encodeDelivery(d: Delivery): string {
-  return `e${US}${d.topic}${US}${d.cls}${US}${opt(d.id)}${US}${opt(d.key)}${US}${d.at}${US}${d.frame}`;
+export function encodeDelivery(ev: Delivery): string {
+  return `e${US}${ev.topic}${US}${ev.cls}${US}${opt(ev.id)}${US}${opt(ev.key)}${US}${ev.at}${US}${ev.frame}`;
 }
 
 export function decodePeer(s: string): PeerMessage {
@@ -85,7 +85,7 @@ export function decodePeer(s: string): PeerMessage {
     case 'h':
       return { op: 'hist', rid: Number(f[1]), topic: f[2]!, since: f[3]! };
     case 'e':
-      return { op: 'ev', d: { topic: f[1]!, cls: Number(f[2]) as EventClass, id: und(f[3]), key: und(f[4]), at: Number(f[5]), frame: f[6]! } };
+      return { op: 'ev', ev: { topic: f[1]!, cls: Number(f[2]) as EventClass, id: und(f[3]), key: und(f[4]), at: Number(f[5]), frame: f[6]! } };
     case 'a':
       return {
         op: 'pubok', rid: Number(f[1]),

@@ -8,7 +8,7 @@ import type { Logger } from '@sluice/telemetry';
 import type { MeshBroker } from './mesh-broker.ts';
 import type { BrokerStats, ShardBroker } from './shard-broker.ts';
 
-/** The `op` label of sluice_redis_command_seconds; the index is what RedisBroker and Limits observe. */
+/** The `op` label of sluice_redis_command_seconds; the index is what RedisBroker and SharedLimits observe. */
 export const REDIS_OPS = ['publish', 'history', 'subscribe', 'window'] as const;
 export const RedisOp = { Publish: 0, History: 1, Subscribe: 2, Window: 3 } as const;
 /** Records how long a Redis command took, answered or failed (seconds). */
@@ -40,7 +40,7 @@ export class RedisBroker implements ShardBroker {
   /** Standalone: the subscriber connection. Cluster: one connection per master that holds a subscribed channel. */
   private readonly sub: RedisClient | ShardedSubscriptions;
   private readonly bus: RedisBus;
-  private deliver: (d: Delivery) => void = () => {};
+  private deliver: (ev: Delivery) => void = () => {};
   /**
    * Per subscribed topic, its splice (core's ReplaySplice): the last durable
    * id delivered, so that repeats are dropped and a catch-up after a
@@ -48,7 +48,7 @@ export class RedisBroker implements ShardBroker {
    * events wait in it.
    */
   private readonly splices = new Map<string, ReplaySplice<Delivery>>();
-  private readonly emit = (d: Delivery): void => this.deliver(d);
+  private readonly emit = (ev: Delivery): void => this.deliver(ev);
   /** What a callback of a Redis reply threw (a bug downstream): logged, not an unhandled rejection that stops the shard. */
   private readonly callbackFailed = (err: unknown): void => this.log.error({ err }, 'handling a redis reply failed');
   /** Topics whose catch-up read waits for the command connection (the subscriber connection came back first). */
@@ -94,7 +94,7 @@ export class RedisBroker implements ShardBroker {
       },
     };
     this.bus.onMessage((m) => this.fromBus(m));
-    mesh.onDelivery((d) => this.deliver(d));
+    mesh.onDelivery((ev) => this.deliver(ev));
     this.cmd.on('error', () => {
       // Connection errors surface as 'close' and failed commands; the coordinator logs Redis state changes once.
     });
@@ -239,7 +239,7 @@ export class RedisBroker implements ShardBroker {
     this.timing(op, (performance.now() - t0) / 1000);
   }
 
-  onDelivery(handler: (d: Delivery) => void): void {
+  onDelivery(handler: (ev: Delivery) => void): void {
     this.deliver = handler;
   }
 
@@ -263,16 +263,16 @@ export class RedisBroker implements ShardBroker {
 
   private fromBus(m: BusMessage): void {
     if (!this.bus.topics.has(m.topic)) return; // unsubscribed meanwhile
-    const d: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: eventIdMs(m.id) };
+    const ev: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: eventIdMs(m.id) };
     const splice = this.splices.get(m.topic);
-    if (splice === undefined && d.id !== undefined) {
+    if (splice === undefined && ev.id !== undefined) {
       // Subscribed before the join's clock reading came back: this is the first id.
-      this.splices.set(m.topic, new ReplaySplice(d.id));
-      this.deliver(d);
+      this.splices.set(m.topic, new ReplaySplice(ev.id));
+      this.deliver(ev);
       return;
     }
     // Held while a catch-up read is out; dropped when not newer than the last delivered on its topic.
-    if (splice === undefined || (splice.live(d) & SpliceEmit) !== 0) this.deliver(d);
+    if (splice === undefined || (splice.live(ev) & SpliceEmit) !== 0) this.deliver(ev);
   }
 
   /**

@@ -66,7 +66,7 @@ export interface Broker {
   subscribe(topic: string): Promise<void>;
   unsubscribe(topic: string): void;
   history(topic: string, since: string): Promise<HistoryRead>;
-  onDelivery(handler: (d: Delivery) => void): void;
+  onDelivery(handler: (ev: Delivery) => void): void;
 }
 
 /** Why `subscribe` or `history` failed: what stands behind the broker is unreachable (see Broker). */

@@ -10,7 +10,7 @@ export * from './requests.ts';
 export * from './backpressure.ts';
 export * from './drain.ts';
 export * from './identity.ts';
-export * from './limits.ts';
+export * from './window-store.ts';
 export * from './memory-window-store.ts';
 export * from './local-limiter.ts';
 export * from './guard.ts';

@@ -1,4 +1,4 @@
-import type { WindowHit, WindowState } from './limits.ts';
+import type { WindowHit, WindowState } from './window-store.ts';
 
 export interface LocalLimiterOptions {
   /** Hits per window, cluster-wide, per key. A positive integer. */

@@ -1,4 +1,4 @@
-import type { WindowHit, WindowState, WindowStore } from './limits.ts';
+import type { WindowHit, WindowState, WindowStore } from './window-store.ts';
 
 // The sliding-window counter: time is cut into fixed buckets of `windowMs`
 // (bucket n covers [n*windowMs, (n+1)*windowMs)); a key keeps one counter

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { LocalLimiter, type LocalLimiterOptions } from '../src/local-limiter.ts';
 import { MemoryWindowStore } from '../src/memory-window-store.ts';
-import type { WindowHit, WindowState } from '../src/limits.ts';
+import type { WindowHit, WindowState } from '../src/window-store.ts';
 
 // A bucket boundary for every window used here.
 const T0 = 1_732_900_000_000;

@@ -11,7 +11,7 @@ import { ANONYMOUS, checkHandshake, chooseSubprotocol, clientAddress, type Ident
 import { endSpan, type Span } from '@sluice/telemetry';
 import { type HttpRequest, type HttpResponse, upgradeCorked, type us_socket_context_t } from '@sluice/uws';
 import { tokenFrom, Verifier } from '../auth.ts';
-import type { Limits } from '../limits.ts';
+import type { SharedLimits } from '../shared-limits.ts';
 import type { ShardContext } from './context.ts';
 import { newSocketData } from './socket-data.ts';
 
@@ -24,7 +24,7 @@ export class Admission {
 
   constructor(
     private readonly ctx: ShardContext,
-    private readonly limits: Limits,
+    private readonly limits: SharedLimits,
     /** False while the shard stops, the node drains, or WS_MAX_SOCKETS is reached. */
     private readonly available: () => boolean,
   ) {

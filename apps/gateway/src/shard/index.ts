@@ -16,7 +16,7 @@ import { loadTracing, registerThreadMetrics } from '@sluice/telemetry';
 import { loadUws, type us_listen_socket, useUpgradeCork, type Uws } from '@sluice/uws';
 import { type Backplane, createBackplane, storeOf } from '../backplane.ts';
 import type { FromShardControl, ToShardControl } from '../control.ts';
-import type { Limits } from '../limits.ts';
+import type { SharedLimits } from '../shared-limits.ts';
 import type { ShardBroker } from '../shard-broker.ts';
 import { Flag, SharedState } from '../shared-state.ts';
 import { SlowLane } from '../slow-lane.ts';
@@ -64,7 +64,7 @@ class Shard {
   private readonly shared: SharedState;
   private readonly backplane: Backplane;
   private readonly broker: ShardBroker;
-  private readonly limits: Limits;
+  private readonly limits: SharedLimits;
   private readonly metrics = new ShardMetrics();
   private readonly session: Session;
   private readonly fanOut: FanOut;

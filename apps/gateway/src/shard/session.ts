@@ -9,7 +9,7 @@ import { type CloseReason, decodeClientFrame, encodePong, encodeRejection, encod
   type LeaveFrame, PEEK_REF_BYTES, peekRef, type PublishFrame, welcomeFrame, welcomePrefix } from '@sluice/protocol';
 import { endSpan } from '@sluice/telemetry';
 import { ExpiryTimers } from '../expiry.ts';
-import type { Limits } from '../limits.ts';
+import type { SharedLimits } from '../shared-limits.ts';
 import type { ShardBroker } from '../shard-broker.ts';
 import type { SharedState } from '../shared-state.ts';
 import type { SlowLane } from '../slow-lane.ts';
@@ -26,7 +26,7 @@ const utf8 = new TextDecoder();
 export interface SessionParts {
   readonly metrics: ShardMetrics;
   readonly broker: ShardBroker;
-  readonly limits: Limits;
+  readonly limits: SharedLimits;
   readonly shared: SharedState;
   readonly topics: Topics<Recovery>;
   readonly recoveries: Recoveries;

@@ -3,10 +3,9 @@
  * upgrade (admission.ts); each part of the shard states the slice of it it
  * reads and writes.
  */
-import type { FixedWindowState, Identity, Mailbox, MailItem, Rights, StrikeState } from '@sluice/core';
+import { type FixedWindowState, type Identity, type Mailbox, type MailItem, type Rights, type StrikeState, tenantWindowKey } from '@sluice/core';
 import { type CloseReason, closeSpecs, encodeCloseReason } from '@sluice/protocol';
 import type { WebSocket } from '@sluice/uws';
-import { tenantWindowKey } from '../limits.ts';
 import type { LaneData } from '../slow-lane.ts';
 
 export interface SocketData extends FixedWindowState, StrikeState, LaneData {

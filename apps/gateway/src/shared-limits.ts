@@ -1,5 +1,7 @@
 /**
- * Per-tenant publish and per-IP upgrade windows, as a shard applies them.
+ * The limits shared across shards and nodes (unlike a socket's own frame
+ * window, which the guard keeps in its user data): per-tenant publish and
+ * per-IP upgrade windows, as a shard applies them.
  * The tenant window is a LocalLimiter: `hit` decides on the spot from the
  * shard's allowance; the accepted hits are settled in batches with the
  * cluster's store (Redis) on a short timer. The IP window is checked with
@@ -26,9 +28,6 @@ export interface LimitStats {
   fallbacks: number;
 }
 
-/** The window keys live with every other key builder, in @sluice/core's keys.ts; re-exported for the shard. */
-export { tenantWindowKey } from '@sluice/core';
-
 /** How often due settles are looked for: a fraction of the limiter's gap between settles. */
 const TICK_MS = 5;
 
@@ -39,7 +38,7 @@ class Window {
   constructor(
     limit: number,
     windowMs: number,
-    private readonly owner: Limits,
+    private readonly owner: SharedLimits,
   ) {
     this.limiter = new LocalLimiter({ limit, windowMs, settleMs: 25, minGapMs: 10 });
   }
@@ -62,7 +61,7 @@ class Window {
   }
 }
 
-export class Limits {
+export class SharedLimits {
   private readonly tenant: Window;
   private readonly ipLimit: number;
   private readonly ipWindowMs: number;

@@ -5,7 +5,7 @@ import { encodeEventFrame, EventClass, parseEventId } from '@sluice/protocol';
 
 /** Where the hub sends the events of a shard's subscriptions. */
 export interface HubLink {
-  deliver(d: Delivery): void;
+  deliver(ev: Delivery): void;
 }
 
 export interface HubStats {
@@ -21,7 +21,7 @@ export interface HubStats {
  * Idempotency is not the hub's: the MeshBroker checks a key at the key's
  * owner before the publish reaches the topic's owner.
  */
-export class EmbeddedHub {
+export class TopicOwner {
   private readonly log: MemoryHistory;
   private readonly links = new Map<number, HubLink>();
   private readonly subscribers = new Map<string, Set<number>>();
@@ -77,8 +77,8 @@ export class EmbeddedHub {
     }
     const set = this.subscribers.get(key);
     if (set !== undefined) {
-      const d: Delivery = { topic: key, frame, id, cls: req.cls, key: req.key, at: now };
-      for (const shard of set) this.links.get(shard)?.deliver(d);
+      const ev: Delivery = { topic: key, frame, id, cls: req.cls, key: req.key, at: now };
+      for (const shard of set) this.links.get(shard)?.deliver(ev);
     }
     return { ok: true, id, duplicate: false };
   }

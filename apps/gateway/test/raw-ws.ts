@@ -6,7 +6,9 @@
  * so a malformed server frame fails the test too.
  */
 import { connect, type Socket } from 'node:net';
-import { FrameSplitter, Op, acceptFor, encodeFrame, upgradeRequest, type FrameSpec, type HandshakeOptions } from '../src/testing/index.ts';
+import {
+  FrameSplitter, Op, Wakeups, acceptFor, encodeFrame, readServerFrame, upgradeRequest, type Frame, type FrameSpec, type HandshakeOptions,
+} from '../src/testing/index.ts';
 
 export { Op, acceptFor, closePayload, encodeFrame, upgradeRequest, type FrameSpec, type HandshakeOptions } from '../src/testing/index.ts';
 
@@ -34,7 +36,7 @@ export class RawWs {
   private buf = Buffer.alloc(0);
   private upgraded = false;
   private readonly splitter = new FrameSplitter((opcode, fin, buf, start, end, rsv) => this.onFrame({ fin, rsv, opcode, payload: buf.subarray(start, end) }), 64 * 1024 * 1024);
-  private waiters: (() => void)[] = [];
+  private readonly wakeups = new Wakeups();
   /** Bytes the server sent before (and including) the end of its HTTP response head. */
   httpHead = '';
 
@@ -45,14 +47,14 @@ export class RawWs {
         this.buf = Buffer.concat([this.buf, chunk]);
         this.parse();
       }
-      this.wake();
+      this.wakeups.wake();
     });
     // An error (ECONNRESET, EPIPE) is followed by 'close'; both end the connection.
     socket.on('error', () => {});
     socket.on('close', () => {
       this.ended = true;
       this.endedAt = Date.now();
-      this.wake();
+      this.wakeups.wake();
     });
   }
 
@@ -105,9 +107,17 @@ export class RawWs {
     return this.upgraded ? this.splitter.remainder() : this.buf;
   }
 
-  /** The server's text frames parsed as JSON (the gateway only sends JSON text). */
-  json(): Record<string, unknown>[] {
-    return this.frames.filter((f) => f.opcode === Op.Text).map((f) => JSON.parse(f.payload.toString()) as Record<string, unknown>);
+  /**
+   * The server's text frames, read as the kit's Client reads them (checked by
+   * the protocol's decoder, with their wire fields); throws on one that does
+   * not decode. `frames` keeps the raw payloads.
+   */
+  json(): Frame[] {
+    return this.frames.filter((f) => f.opcode === Op.Text).map((f) => {
+      const frame = readServerFrame(f.payload.toString());
+      if (frame.type === '<undecodable>') throw new Error(`server text frame does not decode (${String(frame.message)}): ${String(frame.text).slice(0, 300)}`);
+      return frame;
+    });
   }
 
   /** The close frame the server sent, if any: its code (undefined for an empty body) and reason. */
@@ -118,24 +128,13 @@ export class RawWs {
   }
 
   /** Resolves once `cond()` holds; rejects after `ms`. Re-checked on every byte received and on close. */
-  async until(cond: () => boolean, ms: number): Promise<void> {
-    const deadline = Date.now() + ms;
-    while (!cond()) {
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error('raw socket: condition not met in time');
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, left);
-        this.waiters.push(() => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-    }
+  until(cond: () => boolean, ms: number): Promise<void> {
+    return this.wakeups.until(cond, ms, () => 'raw socket: condition not met in time');
   }
 
   /** Waits for a server JSON text frame matching `pred`; rejects if the connection ends first. */
-  async nextJson(pred: (f: Record<string, unknown>) => boolean, ms = 5000): Promise<Record<string, unknown>> {
-    let found: Record<string, unknown> | undefined;
+  async nextJson(pred: (f: Frame) => boolean, ms = 5000): Promise<Frame> {
+    let found: Frame | undefined;
     await this.until(() => {
       found = this.json().find(pred);
       return found !== undefined || this.ended;
@@ -146,12 +145,6 @@ export class RawWs {
 
   destroy(): void {
     this.socket.destroy();
-  }
-
-  private wake(): void {
-    const w = this.waiters;
-    this.waiters = [];
-    for (const f of w) f();
   }
 
   private parse(): void {

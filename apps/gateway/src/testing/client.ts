@@ -1,27 +1,75 @@
 /**
- * A WebSocket client on `ws` for tests: it queues every JSON frame the
- * gateway sends and waits for the ones a test expects.
+ * A WebSocket client on `ws` for tests: it queues every frame the gateway
+ * sends and waits for the ones a test expects.
  */
 import { request as httpRequest } from 'node:http';
+import { decodeServerFrameObject, type ServerFrame, type WelcomeFrame } from '@sluice/protocol';
 import WebSocket from 'ws';
 
-export type Frame = Record<string, unknown> & { type: string };
+/**
+ * A server frame as the gateway wrote it, after `decodeServerFrameObject`
+ * accepted it: typed by `type`, and with every field it had on the wire, so
+ * that a test asserting a frame's exact fields still sees one the decoder
+ * would drop. What does not decode is queued as `<undecodable>` with its
+ * text, a binary message as `<binary>`.
+ */
+export type Frame = (ServerFrame | { readonly type: '<binary>' } | { readonly type: '<undecodable>'; readonly text: string; readonly message: string })
+  & Record<string, unknown>;
+
+/** Reads one server text frame (see Frame). */
+export function readServerFrame(text: string): Frame {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return { type: '<undecodable>', text, message: 'frame is not valid JSON' };
+  }
+  const d = decodeServerFrameObject(raw);
+  return d.ok ? (raw as Frame) : { type: '<undecodable>', text, message: d.message };
+}
+
+/** Waits of a socket for what its events change: `until` re-checks on every `wake()`. */
+export class Wakeups {
+  private waiters: (() => void)[] = [];
+
+  /** Resolves once `cond()` holds; rejects after `ms` with `timeout` (called then, so it may print the latest state). */
+  async until(cond: () => boolean, ms: number, timeout: () => string): Promise<void> {
+    const deadline = Date.now() + ms;
+    while (!cond()) {
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(timeout());
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, left);
+        this.waiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+  }
+
+  wake(): void {
+    const w = this.waiters;
+    this.waiters = [];
+    for (const f of w) f();
+  }
+}
 
 /** A WebSocket client that queues every frame it gets and waits for the ones a test expects. */
 export class Client {
   readonly frames: Frame[] = [];
-  private waiters: (() => void)[] = [];
+  private readonly wakeups = new Wakeups();
   closed: { code: number; reason: string } | undefined;
-  welcome!: Frame;
+  welcome!: WelcomeFrame & Record<string, unknown>;
 
   private constructor(readonly ws: WebSocket) {
     ws.on('message', (data, isBinary) => {
-      this.frames.push(isBinary ? { type: '<binary>' } : (JSON.parse(data.toString()) as Frame));
-      this.wake();
+      this.frames.push(isBinary ? { type: '<binary>' } : readServerFrame(data.toString()));
+      this.wakeups.wake();
     });
     ws.on('close', (code, reason) => {
       this.closed = { code, reason: reason.toString() };
-      this.wake();
+      this.wakeups.wake();
     });
   }
 
@@ -32,13 +80,13 @@ export class Client {
       ws.once('open', () => resolve());
       ws.once('error', reject);
     });
-    c.welcome = await c.next((f) => f.type === 'welcome');
+    c.welcome = (await c.next((f) => f.type === 'welcome')) as Client['welcome'];
     return c;
   }
 
   /** The shard this socket landed on (connection ids are node.shard.generation.seq). */
   get shard(): number {
-    return Number(String(this.welcome.connectionId).split('.')[1]);
+    return Number(this.welcome.connectionId.split('.')[1]);
   }
 
   send(frame: unknown): void {
@@ -54,38 +102,17 @@ export class Client {
 
   /** Removes and returns the first queued frame matching `pred`, waiting up to `ms`. */
   async next(pred: (f: Frame) => boolean = () => true, ms = 5000): Promise<Frame> {
-    const deadline = Date.now() + ms;
-    for (;;) {
-      const i = this.frames.findIndex(pred);
-      if (i >= 0) return this.frames.splice(i, 1)[0]!;
-      if (this.closed) throw new Error(`socket closed (${this.closed.code} ${this.closed.reason}) while waiting`);
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`timed out waiting for a frame; queued: ${JSON.stringify(this.frames).slice(0, 500)}`);
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, left);
-        this.waiters.push(() => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-    }
+    let i = -1;
+    await this.wakeups.until(() => (i = this.frames.findIndex(pred)) >= 0 || this.closed !== undefined, ms,
+      () => `timed out waiting for a frame; queued: ${JSON.stringify(this.frames).slice(0, 500)}`);
+    if (i < 0) throw new Error(`socket closed (${this.closed!.code} ${this.closed!.reason}) while waiting`);
+    return this.frames.splice(i, 1)[0]!;
   }
 
   /** Waits until the server closes the socket. */
   async closedBy(ms = 5000): Promise<{ code: number; reason: string }> {
-    const deadline = Date.now() + ms;
-    while (!this.closed) {
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error('socket not closed in time');
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, left);
-        this.waiters.push(() => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-    }
-    return this.closed;
+    await this.wakeups.until(() => this.closed !== undefined, ms, () => 'socket not closed in time');
+    return this.closed!;
   }
 
   /** Events received on a topic, in order, taken off the queue. */
@@ -103,12 +130,6 @@ export class Client {
 
   close(): void {
     this.ws.close();
-  }
-
-  private wake(): void {
-    const w = this.waiters;
-    this.waiters = [];
-    for (const f of w) f();
   }
 }
 

@@ -31,7 +31,7 @@ describe('socketOptions', () => {
 
 describe('retry hints', () => {
   test('property: retryHint stays in the configured range', () => {
-    fc.assert(fc.property(fc.integer({ min: 0, max: 10000 }), fc.integer({ min: 0, max: 10000 }), fc.double({ min: 0, max: 1, maxExcluded: true }),
+    fc.assert(fc.property(fc.integer({ min: 0, max: 10000 }), fc.integer({ min: 0, max: 10000 }), fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
       (a, b, r) => {
         const lo = Math.min(a, b);
         const hi = Math.max(a, b);

@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { type RedisServer, startRedis } from '@sluice/redis/testing';
 import { requireSystemDep, systemDepError } from '../../../tools/system-deps.mjs';
-import { Client, eventually, type Gateway, startGateway } from './harness.ts';
+import { Client, eventually, type Gateway, parseMetrics, startGateway } from './harness.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const ALERTS = 'deploy/prometheus/alerts.yml';
@@ -101,20 +101,12 @@ describe('alerts.yml and its tests', () => {
 
 // --- every name the rules and the dashboard use exists in /metrics ------------
 
-type Labels = Record<string, string>;
+type Labels = Readonly<Record<string, string>>;
 
-/** Sample name -> the label sets of its samples, from Prometheus text. */
-function parseExposition(text: string): Map<string, Labels[]> {
+/** Sample name -> the label sets of its samples, read by the kit's exposition parser. */
+function labelSets(text: string): Map<string, Labels[]> {
   const out = new Map<string, Labels[]>();
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('#')) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? /.exec(line);
-    if (!m) continue;
-    const labels: Labels = {};
-    for (const l of (m[3] ?? '').matchAll(/([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!;
-    if (!out.has(m[1]!)) out.set(m[1]!, []);
-    out.get(m[1]!)!.push(labels);
-  }
+  for (const s of parseMetrics(text)) out.set(s.name, [...(out.get(s.name) ?? []), s.labels]);
   return out;
 }
 
@@ -211,7 +203,7 @@ describe('every metric the rules and the dashboard use exists in a running gatew
     const late = await Client.connect(gw.url());
     assert.equal((await late.request({ type: 'join', topic: 'obs', since: (first.data as { id: string }).id })).status, 'ok');
     for (const c of [sub, pub, late]) c.close();
-    samples = parseExposition(await (await fetch(gw.admin('/metrics'))).text());
+    samples = labelSets(await gw.metrics());
   });
   after(async () => {
     assert.equal(await gw.stop(), 0);
@@ -232,7 +224,7 @@ describe('every metric the rules and the dashboard use exists in a running gatew
     const problems: string[] = [];
     for (const s of series) {
       const m = /^(\w+)\{(.*)\}$/.exec(s)!;
-      const want: Labels = {};
+      const want: Record<string, string> = {};
       for (const l of m[2]!.matchAll(/(\w+)="([^"]*)"/g)) if (!TARGET_LABELS.has(l[1]!)) want[l[1]!] = l[2]!;
       const ok = samples.get(m[1]!)?.some((got) => Object.keys(got).length === Object.keys(want).length &&
         Object.entries(want).every(([k, v]) => got[k] === v));

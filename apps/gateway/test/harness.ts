@@ -7,7 +7,7 @@ import { UWS_BUILDS } from '@sluice/uws';
 import { Client, type Gateway } from '../src/testing/index.ts';
 
 export {
-  Client, eventually, metricValue, rawUpgrade, running, runUntilExit, startGateway,
+  Client, eventually, metricTypes, metricValue, parseMetrics, rawUpgrade, running, runUntilExit, seriesValue, startGateway,
   type Frame, type Gateway, type RawResponse, type StartOptions,
 } from '../src/testing/index.ts';
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { ownerOf, topicKey } from '@sluice/core';
 import { connect, type Socket } from 'node:net';
 import { once } from 'node:events';
-import { Client, clientsOnShards, eventually, metricValue, rawUpgrade, runUntilExit, startGateway } from './harness.ts';
+import { Client, clientsOnShards, eventually, metricTypes, metricValue, parseMetrics, rawUpgrade, runUntilExit, startGateway } from './harness.ts';
 
 describe('start', () => {
   test('a bad environment stops the start with one message naming every bad variable', async () => {
@@ -35,12 +35,12 @@ describe('start', () => {
     assert.equal(line['uws'], expected);
     assert.equal(line['node'], process.version);
     assert.equal(line['msg'], `uWebSockets.js ${expected} loaded natively on Node ${process.version}`);
-    const text = await (await fetch(gw.admin('/metrics'))).text();
-    const info = text.split('\n').filter((l) => l.startsWith('sluice_build_info{'));
+    const text = await gw.metrics();
+    const info = parseMetrics(text).filter((s) => s.name === 'sluice_build_info');
     assert.equal(info.length, 1, text);
-    assert.match(info[0]!, new RegExp(`node="${process.version.replace(/\./g, '\\.')}"`));
-    assert.match(info[0]!, new RegExp(`uws="${expected.replace(/\./g, '\\.')}"`));
-    assert.match(info[0]!, / 1$/);
+    assert.equal(info[0]!.labels['node'], process.version);
+    assert.equal(info[0]!.labels['uws'], expected);
+    assert.equal(info[0]!.value, 1);
     assert.equal(await gw.stop(), 0);
   });
 
@@ -216,9 +216,9 @@ describe('HTTP', () => {
     for (const c of clients) await c.request({ type: 'ping' });
     assert.equal(await metricValue(gw, 'sluice_connected_sockets'), 2);
     assert.ok((await metricValue(gw, 'sluice_frames_in_total')) >= 2);
-    const text = await (await fetch(gw.admin('/metrics'))).text();
-    assert.match(text, /# TYPE sluice_limit_rejections_total counter/);
-    assert.match(text, /process_resident_memory_bytes/);
+    const text = await gw.metrics();
+    assert.equal(metricTypes(text).get('sluice_limit_rejections_total'), 'counter');
+    assert.ok(parseMetrics(text).some((s) => s.name === 'process_resident_memory_bytes'));
     for (const c of clients) c.close();
     assert.equal(await gw.stop(), 0);
   });

@@ -7,11 +7,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { type RedisServer, startRedis } from '@sluice/redis/testing';
-import { Client, clientsOnShards, eventually, type Gateway, metricValue, startGateway } from './harness.ts';
-
-async function scrape(gw: Gateway): Promise<string> {
-  return (await fetch(gw.admin('/metrics'))).text();
-}
+import { Client, clientsOnShards, eventually, type Gateway, metricTypes, metricValue, parseMetrics, seriesValue, startGateway } from './harness.ts';
 
 test('process metrics: open fds counted (read off the event loop), no main-thread-only event-loop lag; concurrent scrapes all valid', async () => {
   const gw = await startGateway();
@@ -27,10 +23,11 @@ test('process metrics: open fds counted (read off the event loop), no main-threa
     return res.text();
   }));
   for (const text of texts) {
-    assert.doesNotMatch(text, /^nodejs_eventloop_lag/m);
-    assert.doesNotMatch(text, /\bNaN\b/);
-    assert.match(text, /^process_resident_memory_bytes \d+/m);
-    assert.match(text, /^sluice_connected_sockets 30$/m);
+    const samples = parseMetrics(text);
+    assert.ok(!samples.some((s) => s.name.startsWith('nodejs_eventloop_lag')));
+    assert.deepEqual(samples.filter((s) => Number.isNaN(s.value)), []);
+    assert.ok(seriesValue(samples, 'process_resident_memory_bytes') >= 0);
+    assert.equal(seriesValue(samples, 'sluice_connected_sockets'), 30);
   }
   for (const c of clients) c.close();
   assert.equal(await gw.stop(), 0);
@@ -62,18 +59,17 @@ describe('histograms and per-thread gauges (embedded, two shards)', () => {
     assert.deepEqual(ack.map((v, i) => v - ackBefore[i]!), [30, 5, 7]);
     // One subscribed shard: one fan-out per event.
     assert.deepEqual(lag.map((v, i) => v - lagBefore[i]!), [30, 5, 7]);
-    const text = await scrape(gw);
     // Loopback, idle machine or not: no ack takes 10 s, so every observation is inside a finite bucket.
     assert.equal(await metricValue(gw, 'sluice_publish_ack_seconds_bucket', '{class="durable",le="10"}'),
       await metricValue(gw, 'sluice_publish_ack_seconds_count', '{class="durable"}'));
-    assert.match(text, /# TYPE sluice_delivery_lag_seconds histogram/);
+    assert.equal(metricTypes(await gw.metrics()).get('sluice_delivery_lag_seconds'), 'histogram');
     for (const c of [pub!, sub!]) c.close();
   });
 
   test('event-loop lag and heap are reported per thread, labelled coordinator, shard0, shard1', async () => {
-    const text = await scrape(gw);
+    const samples = parseMetrics(await gw.metrics());
     for (const name of ['sluice_eventloop_lag_seconds', 'sluice_eventloop_lag_max_seconds', 'sluice_heap_used_bytes', 'sluice_heap_total_bytes']) {
-      const threads = text.split('\n').filter((l) => l.startsWith(`${name}{`)).map((l) => /thread="([^"]+)"/.exec(l)![1]);
+      const threads = samples.filter((s) => s.name === name).map((s) => s.labels['thread']);
       assert.deepEqual(threads.sort(), ['coordinator', 'shard0', 'shard1'], name);
     }
     for (const thread of ['coordinator', 'shard0', 'shard1']) {
@@ -84,10 +80,10 @@ describe('histograms and per-thread gauges (embedded, two shards)', () => {
     }
     // No histogram or gauge takes a label from a client: the only label values are the fixed sets
     // (and the build's, fixed at start: sluice_build_info).
-    for (const line of text.split('\n')) {
-      if (!line.startsWith('sluice_') || line.startsWith('sluice_build_info{')) continue;
-      for (const [, k, v] of line.matchAll(/([a-z_]+)="([^"]*)"/g)) {
-        assert.ok(['class', 'le', 'thread', 'reason', 'outcome', 'store', 'level', 'op'].includes(k!), `label ${k}=${v} in ${line}`);
+    for (const s of samples) {
+      if (!s.name.startsWith('sluice_') || s.name === 'sluice_build_info') continue;
+      for (const [k, v] of Object.entries(s.labels)) {
+        assert.ok(['class', 'le', 'thread', 'reason', 'outcome', 'store', 'level', 'op'].includes(k), `label ${k}=${v} in ${s.name}`);
       }
     }
   });

@@ -1,8 +1,11 @@
 // Request/answer over Node's IPC channel between an orchestrator and the
 // client processes it starts (S9's storm clients, the chaos harness's
 // fleet): one file is both sides, started again with a flag for the child.
+// The orchestrator's ids, pending map, timeouts and fail-on-exit are core's
+// PendingRequests, as the gateway's own requests between threads.
 
 import { spawn, type ChildProcess } from 'node:child_process';
+import { PendingRequests, RequestFailed } from '@sluice/core';
 import { cpuSeconds } from './proc.ts';
 import { REPO_ROOT, shellWithFileLimit } from './spawn.ts';
 
@@ -43,22 +46,14 @@ export function serveRequests<R extends { op: string }>(label: string, lifetimeM
 
 /** The orchestrator's side of one child process. */
 export class RpcChild<R extends { op: string }> {
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void; timer: NodeJS.Timeout }>();
+  private readonly requests = new PendingRequests<RpcReply>({ set: setTimeout, clear: (t) => clearTimeout(t as NodeJS.Timeout) });
   exited = false;
 
   private constructor(private readonly label: string, readonly proc: ChildProcess, readonly pid: number) {
-    proc.on('message', (m: RpcReply) => {
-      const p = this.pending.get(m.id);
-      if (p === undefined) return;
-      this.pending.delete(m.id);
-      clearTimeout(p.timer);
-      if (m.ok) p.resolve(m.result); else p.reject(new Error(`${label}: ${m.error}`));
-    });
+    proc.on('message', (m: RpcReply) => this.requests.answer(m.id, m));
     proc.on('exit', (code, signal) => {
       this.exited = true;
-      for (const p of this.pending.values()) { clearTimeout(p.timer); p.reject(new Error(`${label} exited (${code ?? signal})`)); }
-      this.pending.clear();
+      this.requests.close(`${label} exited (${code ?? signal})`);
     });
   }
 
@@ -77,14 +72,13 @@ export class RpcChild<R extends { op: string }> {
     });
   }
 
-  call<T>(req: R, timeoutMs: number): Promise<T> {
-    if (this.exited) return Promise.reject(new Error(`${this.label} exited`));
-    const id = this.nextId++;
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => { this.pending.delete(id); reject(new Error(`${this.label}: ${req.op} got no answer in ${timeoutMs} ms`)); }, timeoutMs);
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
-      this.proc.send({ id, req } satisfies Envelope<R>);
+  async call<T>(req: R, timeoutMs: number): Promise<T> {
+    if (this.exited) throw new Error(`${this.label} exited`);
+    const m = await this.requests.request((id) => this.proc.send({ id, req } satisfies Envelope<R>), { timeoutMs }).catch((err: Error) => {
+      throw err instanceof RequestFailed && err.code === 'timeout' ? new Error(`${this.label}: ${req.op} got no answer in ${timeoutMs} ms`) : err;
     });
+    if (m.ok) return m.result as T;
+    throw new Error(`${this.label}: ${m.error}`);
   }
 
   cpuSeconds(): number {

@@ -55,7 +55,7 @@ test('Sluice frames are classified by their first bytes, with a JSON fallback', 
   assert.equal(kindOf('sluice', '{"type":"error","reason":"bad_request"}'), Kind.Error);
   assert.equal(kindOf('sluice', '{"type":"welcome","connectionId":"x"}'), Kind.Welcome);
   assert.equal(kindOf('sluice', '{"ref":"1","type":"reply","status":"ok"}'), Kind.ReplyOk);
-  assert.equal(kindOf('sluice', '{"status":"error","type":"reply"}'), Kind.ReplyErr);
+  assert.equal(kindOf('sluice', '{"status":"error","type":"reply","reason":"rate_limited"}'), Kind.ReplyErr);
 });
 
 test('a reply status is looked for inside its own frame only', () => {

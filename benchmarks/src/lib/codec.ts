@@ -10,6 +10,7 @@
 // gives its round-trip time without any client-side bookkeeping.
 
 import { encodeFrame, Op } from '@sluice/gateway/testing';
+import { decodeServerFrame } from '@sluice/protocol';
 
 export type Proto = 'sluice' | 'sio';
 
@@ -187,14 +188,12 @@ export function classify(proto: Proto, buf: Buffer, s: number, e: number): Kind 
   return Kind.Other;
 }
 
-/** For frames whose key order is not the expected one: parse properly. */
+/** For frames whose key order is not the expected one (off the hot path): decode properly; what does not decode is Other. */
 function classifySlow(text: string): Kind {
-  let v: unknown;
-  try { v = JSON.parse(text); } catch { return Kind.Other; }
-  if (typeof v !== 'object' || v === null) return Kind.Other;
-  const o = v as { type?: unknown; status?: unknown };
-  switch (o.type) {
-    case 'reply': return o.status === 'ok' ? Kind.ReplyOk : Kind.ReplyErr;
+  const d = decodeServerFrame(text);
+  if (!d.ok) return Kind.Other;
+  switch (d.frame.type) {
+    case 'reply': return d.frame.status === 'ok' ? Kind.ReplyOk : Kind.ReplyErr;
     case 'event': return Kind.Event;
     case 'welcome': return Kind.Welcome;
     case 'error': return Kind.Error;

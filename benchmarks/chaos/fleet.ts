@@ -20,6 +20,7 @@
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import WebSocket from 'ws';
 import { SluiceClient, type WebSocketConstructor } from '@sluice/client';
+import { decodeServerFrame } from '@sluice/protocol';
 import { RpcChild, serveRequests } from '../src/lib/child-rpc.ts';
 import { checkSubscription, emptyDeliveryCheck, type Acked, type DeliveryCheck } from './analysis.ts';
 
@@ -154,9 +155,10 @@ class Clients {
           if (isBinary) return;
           const s = data.toString();
           if (!s.includes('"type":"event"')) return;
-          const f = JSON.parse(s) as { topic?: unknown; id?: unknown };
+          const d = decodeServerFrame(s);
+          const f = d.ok && d.frame.type === 'event' ? d.frame : undefined;
           const held = h();
-          if (held === undefined || typeof f.topic !== 'string' || typeof f.id !== 'string') return;
+          if (held === undefined || f?.id === undefined) return;
           let w = held.wire.get(f.topic);
           if (w === undefined) held.wire.set(f.topic, (w = { ids: [], socks: [], at: [] }));
           w.ids.push(f.id);

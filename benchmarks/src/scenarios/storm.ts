@@ -26,6 +26,7 @@ import { availableParallelism } from 'node:os';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import WebSocket from 'ws';
 import { SluiceClient, type WebSocketConstructor } from '@sluice/client';
+import { decodeServerFrame } from '@sluice/protocol';
 import { split } from '../loadgen/pool.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
 import { ServerProc, TARGETS } from '../lib/server.ts';
@@ -271,7 +272,8 @@ class Clients {
         welcomed = true;
         if (this.phases[i] === 'connecting') {
           this.phases[i] = 'onA';
-          firstConn = { id: String((JSON.parse(String(data)) as { connectionId?: unknown }).connectionId), at: nowMs() };
+          const d = decodeServerFrame(String(data));
+          firstConn = { id: d.ok && d.frame.type === 'welcome' ? d.frame.connectionId : '', at: nowMs() };
           this.count(this.nodes, firstConn.id.split('.')[0]!);
           done(true);
         } else if (this.phases[i] === 'dropped') { this.phases[i] = 'back'; this.arrivals.push(nowMs()); }

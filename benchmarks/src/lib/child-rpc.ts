@@ -2,7 +2,8 @@
 // client processes it starts (S9's storm clients, the chaos harness's
 // fleet): one file is both sides, started again with a flag for the child.
 // The orchestrator's ids, pending map, timeouts and fail-on-exit are core's
-// PendingRequests, as the gateway's own requests between threads.
+// PendingRequests, as the gateway's own requests between threads; the load
+// generator's processes (loadgen/pool.ts) ask theirs with the same two helpers.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { PendingRequests, RequestFailed } from '@sluice/core';
@@ -44,17 +45,31 @@ export function serveRequests<R extends { op: string }>(label: string, lifetimeM
   process.send!({ hello: process.pid });
 }
 
+/** The requests to one child process: answered by its replies, failed when it exits. */
+export function childRequests(proc: ChildProcess, label: string): PendingRequests<RpcReply> {
+  const requests = new PendingRequests<RpcReply>({ set: setTimeout, clear: (t) => clearTimeout(t as NodeJS.Timeout) });
+  proc.on('message', (m: RpcReply) => requests.answer(m.id, m)); // other messages (events) have no id
+  proc.on('exit', (code, signal) => requests.close(`${label} exited (${code ?? signal})`));
+  return requests;
+}
+
+/** Asks a child: its result, or an error named by `label` (and the op, when the answer is late). */
+export async function askChild<T>(requests: PendingRequests<RpcReply>, proc: ChildProcess, label: string, req: { op: string }, timeoutMs: number): Promise<T> {
+  const m = await requests.request((id) => proc.send({ id, req }), { timeoutMs }).catch((err: Error) => {
+    throw err instanceof RequestFailed && err.code === 'timeout' ? new Error(`${label}: ${req.op} got no answer in ${timeoutMs} ms`) : err;
+  });
+  if (m.ok) return m.result as T;
+  throw new Error(`${label}: ${m.error}`);
+}
+
 /** The orchestrator's side of one child process. */
 export class RpcChild<R extends { op: string }> {
-  private readonly requests = new PendingRequests<RpcReply>({ set: setTimeout, clear: (t) => clearTimeout(t as NodeJS.Timeout) });
+  private readonly requests: PendingRequests<RpcReply>;
   exited = false;
 
   private constructor(private readonly label: string, readonly proc: ChildProcess, readonly pid: number) {
-    proc.on('message', (m: RpcReply) => this.requests.answer(m.id, m));
-    proc.on('exit', (code, signal) => {
-      this.exited = true;
-      this.requests.close(`${label} exited (${code ?? signal})`);
-    });
+    this.requests = childRequests(proc, label);
+    proc.on('exit', () => { this.exited = true; });
   }
 
   /** Starts `file` with `flag` under the hard open-file limit; resolves once it said hello. `label` names it in errors. */
@@ -72,13 +87,9 @@ export class RpcChild<R extends { op: string }> {
     });
   }
 
-  async call<T>(req: R, timeoutMs: number): Promise<T> {
-    if (this.exited) throw new Error(`${this.label} exited`);
-    const m = await this.requests.request((id) => this.proc.send({ id, req } satisfies Envelope<R>), { timeoutMs }).catch((err: Error) => {
-      throw err instanceof RequestFailed && err.code === 'timeout' ? new Error(`${this.label}: ${req.op} got no answer in ${timeoutMs} ms`) : err;
-    });
-    if (m.ok) return m.result as T;
-    throw new Error(`${this.label}: ${m.error}`);
+  call<T>(req: R, timeoutMs: number): Promise<T> {
+    if (this.exited) return Promise.reject(new Error(`${this.label} exited`));
+    return askChild<T>(this.requests, this.proc, this.label, req, timeoutMs);
   }
 
   cpuSeconds(): number {

@@ -4,42 +4,23 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { REPO_ROOT, shellWithFileLimit } from '../lib/spawn.ts';
 import { cpuSeconds } from '../lib/proc.ts';
+import { askChild, childRequests, type RpcReply } from '../lib/child-rpc.ts';
+import type { PendingRequests } from '@sluice/core';
 import type { ChildEvent, Envelope, Request, Response } from './messages.ts';
 
 const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
 
-interface Pending {
-  resolve(v: unknown): void;
-  reject(e: Error): void;
-  timer: NodeJS.Timeout;
-}
-
 export class LoadProc {
-  private nextId = 1;
-  private readonly pending = new Map<number, Pending>();
+  private readonly requests: PendingRequests<RpcReply>;
   progress: ((full: number) => void) | null = null;
   exited = false;
 
   private constructor(readonly index: number, readonly proc: ChildProcess, readonly pid: number) {
+    this.requests = childRequests(proc, `loadgen ${index}`);
     proc.on('message', (m: Response | ChildEvent) => {
-      if ('event' in m) {
-        if (m.event === 'progress') this.progress?.(m.full);
-        return;
-      }
-      const p = this.pending.get(m.id);
-      if (p === undefined) return;
-      this.pending.delete(m.id);
-      clearTimeout(p.timer);
-      if (m.ok) p.resolve(m.result); else p.reject(new Error(`loadgen ${index}: ${m.error}`));
+      if ('event' in m && m.event === 'progress') this.progress?.(m.full);
     });
-    proc.on('exit', (code, signal) => {
-      this.exited = true;
-      for (const [id, p] of this.pending) {
-        clearTimeout(p.timer);
-        p.reject(new Error(`loadgen ${index} exited (${code ?? signal}) during request ${id}`));
-      }
-      this.pending.clear();
-    });
+    proc.on('exit', () => { this.exited = true; });
   }
 
   static start(index: number, lifetimeMs: number): Promise<LoadProc> {
@@ -61,16 +42,7 @@ export class LoadProc {
   }
 
   call<T>(req: Request, timeoutMs = 60_000): Promise<T> {
-    const id = this.nextId++;
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(id);
-        reject(new Error(`loadgen ${this.index}: ${req.op} got no answer in ${timeoutMs} ms`));
-      }, timeoutMs);
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
-      const env: Envelope = { id, req };
-      this.proc.send(env);
-    });
+    return askChild<T>(this.requests, this.proc, `loadgen ${this.index}`, req, timeoutMs);
   }
 
   /** Fire and forget (credits). */
@@ -117,6 +89,31 @@ export class LoadPool {
 
   async close(): Promise<void> {
     await Promise.all(this.procs.map((p) => p.exit()));
+  }
+}
+
+/**
+ * The highest seq every one of `subs` has seen (`full`, -1 before any) and
+ * when it last rose (`at`, performance.now(); from construction until the
+ * first). Each rise credits the publisher up to full + `window`, when a
+ * window is given. Progress comes only from tracking processes.
+ */
+export class FullDelivery {
+  full = -1;
+  at = performance.now();
+
+  constructor(subs: readonly LoadProc[], publisher: LoadProc, window: number | undefined) {
+    const fulls = subs.map(() => -1);
+    subs.forEach((p, i) => {
+      p.progress = (full) => {
+        fulls[i] = full;
+        const g = Math.min(...fulls);
+        if (g <= this.full) return;
+        this.full = g;
+        this.at = performance.now();
+        if (window !== undefined) publisher.tell({ op: 'credit', upTo: g + window });
+      };
+    });
   }
 }
 

@@ -6,7 +6,7 @@
 // slow-consumer policy is triggered, and every event counts exactly once.
 
 import type { ConnectResult, JoinResult, MarkResult, StopResult } from '../loadgen/messages.ts';
-import { LoadPool, split } from '../loadgen/pool.ts';
+import { FullDelivery, LoadPool, split } from '../loadgen/pool.ts';
 import type { Proto } from '../lib/codec.ts';
 import type { ServerProc, TargetName } from '../lib/server.ts';
 import { diff, interleave, sleep, snapshot, type RunOptions, type Sample, type ScenarioId, type Snapshot, windowFields } from './common.ts';
@@ -84,9 +84,7 @@ export async function fanoutOnce(pool: LoadPool, nodes: FanoutNodes, cfg: Fanout
   const publisher = pool.procs[0]!;
   const subProcs = pool.procs.slice(1);
   const counts = split(cfg.subscribers, subProcs.length);
-  const fulls = subProcs.map(() => -1);
-  let globalFull = -1;
-  let lastProgressAt = performance.now();
+  const delivery = new FullDelivery(subProcs, publisher, cfg.window);
   const edge = async (): Promise<[Snapshot, Record<string, number>]> => [await snapshot(nodes, pool), (await nodes.probe?.()) ?? {}];
   try {
     const conn = await pool.all<ConnectResult>((p) => ({
@@ -102,17 +100,6 @@ export async function fanoutOnce(pool: LoadPool, nodes: FanoutNodes, cfg: Fanout
     const joined = joins.reduce((a, j) => a + j.joined, 0);
     if (joined < cfg.subscribers + 1) throw new Error(`only ${joined}/${cfg.subscribers + 1} joins succeeded`);
 
-    subProcs.forEach((p, i) => {
-      p.progress = (full) => {
-        fulls[i] = full;
-        const g = Math.min(...fulls);
-        if (g > globalFull) {
-          globalFull = g;
-          lastProgressAt = performance.now();
-          publisher.tell({ op: 'credit', upTo: g + cfg.window });
-        }
-      };
-    });
     await pool.all((p) => (p.index === 0 ? null : { op: 'track' }));
     await publisher.call({ op: 'publish', topic: TOPIC, depth: cfg.depth, size: cfg.size, ephemeral: cfg.ephemeral, credit: cfg.window - 1 });
 
@@ -120,10 +107,10 @@ export async function fanoutOnce(pool: LoadPool, nodes: FanoutNodes, cfg: Fanout
       const end = performance.now() + ms;
       while (performance.now() < end) {
         await sleep(Math.min(250, Math.max(1, end - performance.now())));
-        if (performance.now() - lastProgressAt > STALL_MS) {
+        if (performance.now() - delivery.at > STALL_MS) {
           const m = await pool.all<MarkResult>(() => ({ op: 'mark' }));
           const subs = m.slice(1);
-          throw new Error(`fan-out stalled: no event reached every subscriber for ${STALL_MS} ms (all have up to seq ${globalFull}; ` +
+          throw new Error(`fan-out stalled: no event reached every subscriber for ${STALL_MS} ms (all have up to seq ${delivery.full}; ` +
             `published ${m[0]!.publishes}, acked ${m[0]!.replies}, ${m[0]!.replyErrors} error replies; subscribers: last seq ` +
             `${Math.min(...subs.map((x) => x.seqMin))} to ${Math.max(...subs.map((x) => x.seqMax))}, ${subs.reduce((a, x) => a + x.seqNone, 0)} saw none, ` +
             `${subs.reduce((a, x) => a + x.gaps, 0)} missing, ${subs.reduce((a, x) => a + x.closed, 0)} closed ${JSON.stringify(subs.map((x) => x.closeReasons))})`);
@@ -132,12 +119,12 @@ export async function fanoutOnce(pool: LoadPool, nodes: FanoutNodes, cfg: Fanout
     };
     await stalled(cfg.warmupMs);
     const warmupEnd = performance.now() + WARMUP_EVENTS_MAX_MS;
-    while (globalFull + 1 < (cfg.warmupEvents ?? 0) && performance.now() < warmupEnd) await stalled(100);
+    while (delivery.full + 1 < (cfg.warmupEvents ?? 0) && performance.now() < warmupEnd) await stalled(100);
     const [a, probeA] = await edge();
-    const seqA = globalFull;
+    const seqA = delivery.full;
     await stalled(cfg.measureMs);
     const [b, probeB] = await edge();
-    const seqB = globalFull;
+    const seqB = delivery.full;
     const stops = await pool.all<StopResult>(() => ({ op: 'stop', timeoutMs: 5_000 }), 10_000);
     const subs = diff(a, b, (i) => i > 0);
     const pub = diff(a, b, (i) => i === 0);

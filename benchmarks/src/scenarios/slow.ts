@@ -20,7 +20,7 @@
 
 import { readFileSync } from 'node:fs';
 import type { ConnectResult, JoinResult, MarkResult, StopResult, UnstallResult } from '../loadgen/messages.ts';
-import { LoadPool, split } from '../loadgen/pool.ts';
+import { FullDelivery, LoadPool, split } from '../loadgen/pool.ts';
 import { mergeEncoded, summarize, type LatencySummary } from '../lib/hist.ts';
 import { ServerProc, type TargetSpec } from '../lib/server.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
@@ -150,9 +150,7 @@ async function slowOnce(
   const healthyProcs = pool.procs.slice(1, 1 + cfg.procs);
   const stalledProc = pool.procs[1 + cfg.procs]!;
   const counts = split(cfg.healthy, healthyProcs.length);
-  const fulls = healthyProcs.map(() => -1);
-  let globalFull = -1;
-  let lastProgressAt: number;
+  const delivery = new FullDelivery(healthyProcs, publisher, cfg.window > 0 ? cfg.window : undefined);
   const isHealthy = (i: number): boolean => i >= 1 && i <= cfg.procs;
   const variant = variantOf(cfg, withStalled);
   try {
@@ -175,17 +173,6 @@ async function slowOnce(
     await sleep(1000);
     const idleRss = await srv.minRssBytes(1000);
 
-    healthyProcs.forEach((p, i) => {
-      p.progress = (full) => {
-        fulls[i] = full;
-        const g = Math.min(...fulls);
-        if (g > globalFull) {
-          globalFull = g;
-          lastProgressAt = performance.now();
-          if (cfg.window > 0) publisher.tell({ op: 'credit', upTo: g + cfg.window });
-        }
-      };
-    });
     await Promise.all(healthyProcs.map((p) => p.call({ op: 'track' })));
     const markHealthy = (): Promise<MarkResult[]> => Promise.all(healthyProcs.map((p) => p.call<MarkResult>({ op: 'mark' }, 20_000)));
     await markHealthy(); // empties the histograms
@@ -194,7 +181,7 @@ async function slowOnce(
     const busy0 = machineBusySeconds();
     const cpu0 = srv.cpuSeconds();
     const gen0 = pool.cpuSeconds();
-    lastProgressAt = t0;
+    delivery.at = t0;
     await publisher.call({ op: 'publish', topic: TOPIC, depth: cfg.depth, size: cfg.size, ephemeral: false, credit: cfg.window > 0 ? cfg.window - 1 : Number.MAX_SAFE_INTEGER });
 
     const timeline: SlowSecond[] = [];
@@ -244,7 +231,7 @@ async function slowOnce(
       if (rssBytes > cfg.rssLimitMiB * MIB) { stoppedEarly = `RSS ${(rssBytes / MIB).toFixed(0)} MiB passed the ${cfg.rssLimitMiB} MiB limit at ${sec} s`; break; }
       const healthyClosed = hm.reduce((a, m) => a + m.closed, 0);
       if (healthyClosed > 0) { stoppedEarly = `${healthyClosed} healthy subscribers closed at ${sec} s: ${JSON.stringify(hm.map((m) => m.closeReasons))}`; break; }
-      if (performance.now() - lastProgressAt > NO_PROGRESS_MS) { stoppedEarly = `no event reached every healthy subscriber for ${NO_PROGRESS_MS} ms at ${sec} s`; break; }
+      if (performance.now() - delivery.at > NO_PROGRESS_MS) { stoppedEarly = `no event reached every healthy subscriber for ${NO_PROGRESS_MS} ms at ${sec} s`; break; }
     }
     const t1 = performance.now();
     const busy1 = machineBusySeconds();

@@ -235,18 +235,23 @@ class Generator implements ConnHandlers {
       if (c.state !== 'ready') continue;
       const t = publishTemplate(c.target.proto, c.topic, req.size, false, req.ephemeral);
       this.template.set(c, t);
-      this.frameLen = t.frame.bytes.length;
-      const batch = Buffer.allocUnsafe(this.frameLen * req.depth);
-      for (let i = 0; i < req.depth; i++) t.frame.bytes.copy(batch, i * this.frameLen);
-      c.batch = batch;
+      this.loadBatch(c, t, req.depth);
       c.inFlight = 0;
       c.owed = 0;
       this.sendBatch(c, req.depth);
     }
   }
 
-  private sendBatch(c: RawConn, n: number): void {
-    const t = this.template.get(c)!;
+  /** `depth` copies of the template's frame, back to back: `c`'s batch. */
+  private loadBatch(c: RawConn, t: PublishTemplate, depth: number): void {
+    this.frameLen = t.frame.bytes.length;
+    const batch = Buffer.allocUnsafe(this.frameLen * depth);
+    for (let i = 0; i < depth; i++) t.frame.bytes.copy(batch, i * this.frameLen);
+    c.batch = batch;
+  }
+
+  /** Stamps the first `n` frames of `c`'s batch with the send time (ref and data.t) and, unless `seq` is -1, sequence numbers from `seq`. */
+  private stamped(c: RawConn, t: PublishTemplate, n: number, seq: number): Buffer {
     const len = t.frame.bytes.length;
     let b = c.batch!;
     // A write the kernel did not take at once still points at this memory.
@@ -255,7 +260,15 @@ class Generator implements ConnHandlers {
     for (let i = 0; i < n; i++) {
       patchDigits(b, i * len, t.frame, t.refPos, stamp, T_WIDTH);
       patchDigits(b, i * len, t.frame, t.tPos, stamp, T_WIDTH);
+      if (seq !== -1) patchDigits(b, i * len, t.frame, t.sPos, S_BASE + seq + i, S_WIDTH);
     }
+    return b;
+  }
+
+  private sendBatch(c: RawConn, n: number): void {
+    const t = this.template.get(c)!;
+    const len = t.frame.bytes.length;
+    const b = this.stamped(c, t, n, -1);
     c.sock.write(n === b.length / len ? b : b.subarray(0, n * len));
     c.inFlight += n;
     this.publishes += n;
@@ -313,11 +326,8 @@ class Generator implements ConnHandlers {
     this.pub = c;
     const t = publishTemplate(c.target.proto, req.topic, req.size, true, req.ephemeral);
     this.pubTemplate = t;
-    this.frameLen = t.frame.bytes.length;
     this.depth = req.depth;
-    const batch = Buffer.allocUnsafe(this.frameLen * req.depth);
-    for (let i = 0; i < req.depth; i++) t.frame.bytes.copy(batch, i * this.frameLen);
-    c.batch = batch;
+    this.loadBatch(c, t, req.depth);
     c.inFlight = 0;
     this.nextSeq = 0;
     this.creditUpTo = req.credit;
@@ -336,16 +346,7 @@ class Generator implements ConnHandlers {
     if (c === null || t === null || c.state !== 'ready') return;
     const n = Math.min(this.depth - c.inFlight, this.creditUpTo - this.nextSeq + 1);
     if (n <= 0) return;
-    const len = this.frameLen;
-    let b = c.batch!;
-    if (c.sock.writableLength > 0) { b = Buffer.from(b); c.batch = b; }
-    const stamp = stampNow();
-    for (let i = 0; i < n; i++) {
-      patchDigits(b, i * len, t.frame, t.refPos, stamp, T_WIDTH);
-      patchDigits(b, i * len, t.frame, t.tPos, stamp, T_WIDTH);
-      patchDigits(b, i * len, t.frame, t.sPos, S_BASE + this.nextSeq + i, S_WIDTH);
-    }
-    c.sock.write(b.subarray(0, n * len));
+    c.sock.write(this.stamped(c, t, n, this.nextSeq).subarray(0, n * this.frameLen));
     this.nextSeq += n;
     c.inFlight += n;
     this.publishes += n;

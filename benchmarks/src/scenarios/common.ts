@@ -84,33 +84,46 @@ export interface WindowResult {
   wallS: number;
   serverCpuS: number;
   clientCpuS: number[];
-  serverUtil: number;
-  clientUtils: number[];
-  otherUtil: number;
+  machineBusyS: number;
   delta: { replies: number; replyErrors: number; events: number; publishes: number; gaps: number; duplicates: number; closed: number };
   closeReasons: Record<string, number>;
   latency: LatencySummary;
 }
 
-/** The fields of a sample that follow from its measurement window, its count and what went wrong. */
-export function windowFields(w: WindowResult, count: number, serverThreads: number, problems: readonly string[]): Pick<Sample,
-  'ok' | 'error' | 'count' | 'wallS' | 'serverCpuS' | 'clientCpuS' | 'serverUtil' | 'clientUtilMax' | 'otherUtil' | 'bound' |
-  'perSec' | 'perServerCpuS' | 'latency'> {
+export interface Measured {
+  count: number;
+  wallS: number;
+  serverCpuS: number;
+  clientCpuS: number[];
+  /** The machine's busy CPU seconds over the window (for otherUtil). */
+  machineBusyS: number;
+  /** The server's threads, for the bound; none: bound 'none'. */
+  serverThreads?: number;
+  /** When the rate is not count / wallS. */
+  perSec?: number;
+}
+
+/** The fields of a sample that follow from what was measured and what went wrong. */
+export function measuredFields(m: Measured, problems: readonly string[]): Pick<Sample,
+  'ok' | 'error' | 'count' | 'wallS' | 'serverCpuS' | 'clientCpuS' | 'serverUtil' | 'clientUtilMax' | 'otherUtil' | 'bound' | 'perSec' | 'perServerCpuS'> {
+  const serverUtil = m.serverCpuS / m.wallS;
+  const clientUtils = m.clientCpuS.map((c) => c / m.wallS);
   return {
     ok: problems.length === 0,
     ...(problems.length > 0 ? { error: problems.join('; ') } : {}),
-    count,
-    wallS: w.wallS,
-    serverCpuS: w.serverCpuS,
-    clientCpuS: w.clientCpuS,
-    serverUtil: w.serverUtil,
-    clientUtilMax: Math.max(...w.clientUtils),
-    otherUtil: w.otherUtil,
-    bound: classifyBound(w.serverUtil, w.clientUtils, serverThreads),
-    perSec: count / w.wallS,
-    perServerCpuS: w.serverCpuS > 0 ? count / w.serverCpuS : NaN,
-    latency: w.latency,
+    count: m.count, wallS: m.wallS, serverCpuS: m.serverCpuS, clientCpuS: m.clientCpuS,
+    serverUtil,
+    clientUtilMax: Math.max(...clientUtils),
+    otherUtil: otherUtil(m.machineBusyS, m.serverCpuS, m.clientCpuS, m.wallS),
+    bound: m.serverThreads === undefined ? 'none' : classifyBound(serverUtil, clientUtils, m.serverThreads),
+    perSec: m.perSec ?? m.count / m.wallS,
+    perServerCpuS: m.serverCpuS > 0 ? m.count / m.serverCpuS : NaN,
   };
+}
+
+/** measuredFields of a window between two snapshots, with its latency. */
+export function windowFields(w: WindowResult, count: number, serverThreads: number, problems: readonly string[]): ReturnType<typeof measuredFields> & Pick<Sample, 'latency'> {
+  return { ...measuredFields({ ...w, count, serverThreads }, problems), latency: w.latency };
 }
 
 /** Difference of two snapshots; `include` picks which processes' marks count. */
@@ -126,9 +139,7 @@ export function diff(a: Snapshot, b: Snapshot, include: (i: number) => boolean =
     wallS,
     serverCpuS,
     clientCpuS,
-    serverUtil: serverCpuS / wallS,
-    clientUtils: clientCpuS.map((c) => c / wallS),
-    otherUtil: otherUtil(b.machineBusy - a.machineBusy, serverCpuS, clientCpuS, wallS),
+    machineBusyS: b.machineBusy - a.machineBusy,
     delta: {
       replies: sum('replies'), replyErrors: sum('replyErrors'), events: sum('events'), publishes: sum('publishes'),
       gaps: sum('gaps'), duplicates: sum('duplicates'), closed: sum('closed'),

@@ -11,7 +11,7 @@ import type { ConnectResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
 import { mergeEncoded, summarize } from '../lib/hist.ts';
 import type { ServerProc, TargetSpec } from '../lib/server.ts';
-import { classifyBound, interleave, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
+import { interleave, measuredFields, sleep, type RunOptions, type Sample } from './common.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
 
 export interface ConnectConfig {
@@ -84,24 +84,12 @@ async function connectOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, re
     const connect = summarize(mergeEncoded(results.map((r) => r.hist)));
     const serverCpuS = cpu1 - cpu0;
     const clientCpuS = gen1.map((g, i) => g - (gen0[i] ?? 0));
-    const clientUtils = clientCpuS.map((c) => c / wallS);
     const problems: string[] = [];
     if (failed > 0) problems.push(`${failed} connects failed: ${JSON.stringify(reasons)}`);
     const common = {
       target: spec.name,
       repeat,
-      ok: problems.length === 0,
-      ...(problems.length > 0 ? { error: problems.join('; ') } : {}),
-      count: ready,
-      wallS,
-      serverCpuS,
-      clientCpuS,
-      serverUtil: serverCpuS / wallS,
-      clientUtilMax: Math.max(...clientUtils),
-      otherUtil: otherUtil(busy1 - busy0, serverCpuS, clientCpuS, wallS),
-      bound: classifyBound(serverCpuS / wallS, clientUtils, spec.threads),
-      perSec: ready / stormS,
-      perServerCpuS: serverCpuS > 0 ? ready / serverCpuS : NaN,
+      ...measuredFields({ count: ready, wallS, serverCpuS, clientCpuS, machineBusyS: busy1 - busy0, serverThreads: spec.threads, perSec: ready / stormS }, problems),
     } as const;
     const extra = {
       sockets: cfg.sockets, concurrencyPerProc: cfg.concurrency, procs: pool.size, cores: availableParallelism(),

@@ -19,7 +19,7 @@ import { bucketCounts, chiSquareUniform, histogram, peakRate, shareWithin } from
 import { machineBusySeconds } from '../lib/proc.ts';
 import { ServerProc, TARGETS } from '../lib/server.ts';
 import { SOURCES } from './connect.ts';
-import { otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
+import { measuredFields, sleep, type RunOptions, type Sample } from './common.ts';
 
 export interface DrainConfig {
   sockets: number;
@@ -185,18 +185,7 @@ export async function runDrain(opts: RunOptions, cfg: DrainConfig): Promise<Samp
       variant: variantOf(cfg),
       target: spec.name,
       repeat: 0,
-      ok: problems.length === 0,
-      ...(problems.length > 0 ? { error: problems.join('; ') } : {}),
-      count: times.length,
-      wallS,
-      serverCpuS,
-      clientCpuS,
-      serverUtil: serverCpuS / wallS,
-      clientUtilMax: Math.max(...clientCpuS.map((c) => c / wallS)),
-      otherUtil: otherUtil(busy1 - busy0, serverCpuS, clientCpuS, wallS),
-      bound: 'none',
-      perSec: drainS > 0 ? times.length / drainS : NaN,
-      perServerCpuS: serverCpuS > 0 ? times.length / serverCpuS : NaN,
+      ...measuredFields({ count: times.length, wallS, serverCpuS, clientCpuS, machineBusyS: busy1 - busy0, perSec: drainS > 0 ? times.length / drainS : NaN }, problems),
       extra: {
         sockets: cfg.sockets, socketsOpen: ready, socketsWatched: watching, rate: cfg.rate, delayMs: cfg.delayMs, maxMs, procs: pool.size, cores: availableParallelism(),
         closes: times.length, stillOpen: open, closesBeforeDelay: beforeDelay,

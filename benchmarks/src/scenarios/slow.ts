@@ -26,7 +26,7 @@ import { ServerProc, type TargetSpec } from '../lib/server.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
 import { metricByLabel, metricSum } from '@sluice/gateway/testing';
 import { closesByCode, secondHalfSlope } from '../lib/series.ts';
-import { classifyBound, interleave, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
+import { interleave, measuredFields, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
 
 export interface SlowConfig {
   healthy: number;
@@ -246,7 +246,6 @@ async function slowOnce(
     const wallS = (t1 - t0) / 1000;
     const serverCpuS = cpu1 - cpu0;
     const clientCpuS = gen1.map((g, i) => g - (gen0[i] ?? 0));
-    const clientUtils = clientCpuS.map((c) => c / wallS);
     const count = lastHealthy.reduce((a, m) => a + m.events, 0);
     const gaps = lastHealthy.reduce((a, m) => a + m.gaps, 0);
     const duplicates = lastHealthy.reduce((a, m) => a + m.duplicates, 0);
@@ -280,15 +279,7 @@ async function slowOnce(
     };
     return {
       scenario: 'S6', variant, target: spec.name, repeat,
-      ok: problems.length === 0,
-      ...(problems.length > 0 ? { error: problems.join('; ') } : {}),
-      count, wallS, serverCpuS, clientCpuS,
-      serverUtil: serverCpuS / wallS,
-      clientUtilMax: Math.max(...clientUtils),
-      otherUtil: otherUtil(busy1 - busy0, serverCpuS, clientCpuS, wallS),
-      bound: classifyBound(serverCpuS / wallS, clientUtils, spec.threads),
-      perSec: count / wallS,
-      perServerCpuS: serverCpuS > 0 ? count / serverCpuS : NaN,
+      ...measuredFields({ count, wallS, serverCpuS, clientCpuS, machineBusyS: busy1 - busy0, serverThreads: spec.threads }, problems),
       latency,
       extra,
       timeline,

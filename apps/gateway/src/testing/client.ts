@@ -100,13 +100,22 @@ export class Client {
     return this.next((f) => (f.type === 'reply' || f.type === 'pong') && f.ref === ref, ms);
   }
 
-  /** Removes and returns the first queued frame matching `pred`, waiting up to `ms`. */
+  /**
+   * Removes and returns the first queued frame matching `pred`, waiting up
+   * to `ms`. The frame is found and taken in one synchronous step: `until`
+   * resumes its caller a microtask after its check, and another waiter of
+   * this socket may take a frame in between, which would shift an index
+   * found earlier (many requests in flight on one socket do that).
+   */
   async next(pred: (f: Frame) => boolean = () => true, ms = 5000): Promise<Frame> {
-    let i = -1;
-    await this.wakeups.until(() => (i = this.frames.findIndex(pred)) >= 0 || this.closed !== undefined, ms,
-      () => `timed out waiting for a frame; queued: ${JSON.stringify(this.frames).slice(0, 500)}`);
-    if (i < 0) throw new Error(`socket closed (${this.closed!.code} ${this.closed!.reason}) while waiting`);
-    return this.frames.splice(i, 1)[0]!;
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const i = this.frames.findIndex(pred);
+      if (i >= 0) return this.frames.splice(i, 1)[0]!;
+      if (this.closed !== undefined) throw new Error(`socket closed (${this.closed.code} ${this.closed.reason}) while waiting`);
+      await this.wakeups.until(() => this.frames.some(pred) || this.closed !== undefined, deadline - Date.now(),
+        () => `timed out waiting for a frame; queued: ${JSON.stringify(this.frames).slice(0, 500)}`);
+    }
   }
 
   /** Waits until the server closes the socket. */

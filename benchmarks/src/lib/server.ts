@@ -12,10 +12,16 @@ import { loadUws } from '@sluice/uws';
 /** The uWS build of this runtime (20.30 on Node 20, 20.57 on 22 and 24): the raw-uWS peer's and the gateway's. */
 const UWS_VERSION = loadUws().build.uws;
 
-export type TargetName = 'sluice' | 'sluice-w1' | 'sluice-traced' | 'uws' | 'ws' | 'sio';
+export type TargetName = 'sluice' | 'sluice-w1' | 'sluice-traced' | 'sluice-base' | 'uws' | 'ws' | 'sio';
 export const ALL_TARGETS: readonly TargetName[] = ['sluice', 'sluice-w1', 'uws', 'ws', 'sio'];
 /** Targets only run when named with --targets (not part of `all`). */
-export const KNOWN_TARGETS: readonly TargetName[] = [...ALL_TARGETS, 'sluice-traced'];
+export const KNOWN_TARGETS: readonly TargetName[] = [...ALL_TARGETS, 'sluice-traced', 'sluice-base'];
+/**
+ * `sluice-base`: the gateway of another checkout (a `git worktree` of the
+ * commit before a change, installed), for before/after runs of one change
+ * in one run, the two targets interleaved.
+ */
+const BASE_CHECKOUT = process.env.SLUICE_BENCH_BASE;
 /** The SDK setup of `sluice-traced`: every span sampled and recorded, then dropped. */
 export const BENCH_TRACING_MODULE = join(BENCH_ROOT, 'src/lib/otel-bench.mjs');
 
@@ -32,6 +38,8 @@ export const TARGETS: Readonly<Record<TargetName, TargetSpec>> = {
   'sluice-w1': { name: 'sluice-w1', proto: 'sluice', threads: 1, describe: 'Sluice gateway, WS_WORKERS=1 (like-for-like with the single-threaded peers)' },
   'sluice-traced': { name: 'sluice-traced', proto: 'sluice', threads: 2,
     describe: 'Sluice gateway, WS_WORKERS=2, tracing on: WS_TRACING_MODULE with an SDK that samples and records every span and drops it' },
+  'sluice-base': { name: 'sluice-base', proto: 'sluice', threads: 2,
+    describe: `Sluice gateway of the checkout at SLUICE_BENCH_BASE (${BASE_CHECKOUT ?? 'unset'}), WS_WORKERS=2: the build before a change` },
   uws: { name: 'uws', proto: 'sluice', threads: 1, describe: `raw uWebSockets.js ${UWS_VERSION} (native binary, the build the gateway loads on Node ${process.versions.node}), one thread, uWS topics` },
   ws: { name: 'ws', proto: 'sluice', threads: 1, describe: 'ws 8.23 (with bufferutil), one thread, Map<topic, Set<socket>> loop' },
   sio: { name: 'sio', proto: 'sio', threads: 1, describe: 'Socket.IO 4.8, one thread, websocket transport only, rooms + acks' },
@@ -61,6 +69,13 @@ export class ServerProc {
   /** `extraEnv` overrides the environment above (S7: the drain settings). */
   static async start(spec: TargetSpec, timeoutMs = 60_000, extraEnv: Record<string, string> = {}): Promise<ServerProc> {
     const opts = { raiseFileLimit: true, timeoutMs } as const;
+    if (spec.name === 'sluice-base') {
+      if (BASE_CHECKOUT === undefined) throw new Error('target sluice-base needs SLUICE_BENCH_BASE: the root of an installed checkout of the base commit');
+      // An older gateway may predate the IPC ready message: its log line is the readiness there.
+      const gw = await startGateway({ ...gatewayEnv(spec.threads), ...extraEnv },
+        { ...opts, command: [process.execPath, '--import', 'tsx', 'src/main.ts'], cwd: join(BASE_CHECKOUT, 'apps/gateway'), readyFrom: 'log' });
+      return new ServerProc(spec, gw);
+    }
     const gw = spec.name.startsWith('sluice')
       ? await startGateway({ ...gatewayEnv(spec.threads), ...(spec.name === 'sluice-traced' ? { WS_TRACING_MODULE: BENCH_TRACING_MODULE } : {}), ...extraEnv }, opts)
       : await startGateway({}, { ...opts, command: [process.execPath, '--import', 'tsx', PEER_MAIN, spec.name], cwd: REPO_ROOT, defaults: PLAIN_ENV });

@@ -1,5 +1,5 @@
 import { type ClientFrame, EventClass, EVENT_ID_PATTERN, type Limits, MAX_IDEMPOTENCY_KEY_LENGTH,
-  MAX_KEY_LENGTH, MAX_REF_LENGTH, TOPIC_PATTERN, TRACEPARENT_PATTERN } from './frames.ts';
+  MAX_KEY_LENGTH, MAX_REF_LENGTH, MAX_TOKEN_LENGTH, TOPIC_PATTERN, TRACEPARENT_PATTERN } from './frames.ts';
 import type { ErrorReason } from './reasons.ts';
 
 export type DecodeResult =
@@ -59,10 +59,17 @@ export function decodeFrameObject(raw: unknown): DecodeResult {
     }
     case 'publish':
       return decodePublish(f, ref);
+    case 'refresh': {
+      const token = f.token;
+      if (typeof token !== 'string' || token.length === 0 || token.length > MAX_TOKEN_LENGTH) {
+        return bad(ref, `token must be a non-empty string of at most ${MAX_TOKEN_LENGTH} characters`);
+      }
+      return { ok: true, frame: { type: 'refresh', ref, token } };
+    }
     case undefined:
       return bad(ref, 'frame needs a type');
     default:
-      return bad(ref, 'unknown type: expected join, leave, publish or ping');
+      return bad(ref, 'unknown type: expected join, leave, publish, ping or refresh');
   }
 }
 
@@ -199,8 +206,21 @@ export function welcomePrefix(heartbeatMs: number, limits: Limits): string {
   return `","heartbeatMs":${heartbeatMs},"limits":${l}}`;
 }
 
-export function welcomeFrame(prefix: string, connectionId: string): string {
-  return `{"type":"welcome","connectionId":"${connectionId}${prefix}`;
+/** `expiresAt`: the token's `exp` in ms (WS_AUTH=jwt); without a token there is none. */
+export function welcomeFrame(prefix: string, connectionId: string, expiresAt?: number): string {
+  return expiresAt === undefined || !Number.isFinite(expiresAt)
+    ? `{"type":"welcome","connectionId":"${connectionId}${prefix}`
+    : `{"type":"welcome","connectionId":"${connectionId}${prefix.slice(0, -1)},"expiresAt":${expiresAt}}`;
+}
+
+/** A topic the socket no longer receives: its rights no longer allow it (`forbidden`) or the server removed it (`removed`). */
+export function encodeUnsubscribed(topic: string, reason: 'forbidden' | 'removed'): string {
+  return `{"type":"unsubscribed","topic":"${topic}","reason":"${reason}"}`;
+}
+
+/** The server joined the socket to a topic (admin `POST /v1/subscribe`). */
+export function encodeSubscribed(topic: string): string {
+  return `{"type":"subscribed","topic":"${topic}"}`;
 }
 
 /** A retry hint as a JSON number: never NaN or Infinity, never negative. */

@@ -60,7 +60,17 @@ export interface PingFrame {
   readonly ref: string | undefined;
 }
 
-export type ClientFrame = JoinFrame | LeaveFrame | PublishFrame | PingFrame;
+/** A new token for the open socket (WS_AUTH=jwt): same user and tenant, new expiry and rights. */
+export interface RefreshFrame {
+  readonly type: 'refresh';
+  readonly ref: string | undefined;
+  readonly token: string;
+}
+
+/** The longest token a `refresh` may carry: the upgrade's headers are capped at WS_MAX_HEADER_BYTES (8192 by default) too. */
+export const MAX_TOKEN_LENGTH = 8192;
+
+export type ClientFrame = JoinFrame | LeaveFrame | PublishFrame | PingFrame | RefreshFrame;
 
 export interface Limits {
   readonly maxFrameBytes: number;

@@ -9,17 +9,22 @@ export const ErrorReasons = [
   'not_joined',
   'unavailable',
   'internal',
+  /** A `refresh` whose token is invalid, expired or revoked (2026-12). */
+  'unauthorized',
+  /** The user's publish window (WS_USER_MSG_LIMIT, every socket of the user, cluster-wide) is full (2026-12). */
+  'user_rate_limited',
 ] as const;
 export type ErrorReason = (typeof ErrorReasons)[number];
 
 /**
  * Reasons that are the socket's fault. They count as strikes: WS_MAX_STRIKES
  * of them in a row close the socket with 1008 `abusive`. `unavailable` and
- * `internal` are the server's fault, and `tenant_rate_limited` is the whole
- * tenant's doing (other sockets, other nodes): they never count.
+ * `internal` are the server's fault, and `tenant_rate_limited` and
+ * `user_rate_limited` are the whole tenant's or user's doing (other sockets,
+ * other nodes): they never count. A refused `refresh` (`unauthorized`) does.
  */
 export function isStrike(reason: ErrorReason): boolean {
-  return reason !== 'unavailable' && reason !== 'internal' && reason !== 'tenant_rate_limited';
+  return reason !== 'unavailable' && reason !== 'internal' && reason !== 'tenant_rate_limited' && reason !== 'user_rate_limited';
 }
 
 /**

@@ -92,14 +92,14 @@ describe('error reasons', () => {
   test('ErrorReasons is exactly the list of PROTOCOL.md', () => {
     assert.deepEqual([...ErrorReasons].sort(), [
       'bad_request', 'payload_too_large', 'rate_limited', 'tenant_rate_limited', 'too_many_joins',
-      'forbidden', 'not_joined', 'unavailable', 'internal',
+      'forbidden', 'not_joined', 'unavailable', 'internal', 'unauthorized', 'user_rate_limited',
     ].sort());
     assert.equal(new Set(ErrorReasons).size, ErrorReasons.length);
   });
 
-  test('isStrike is false only for the server\'s own faults (unavailable, internal) and the tenant-wide window', () => {
+  test('isStrike is false only for the server\'s own faults (unavailable, internal) and the tenant- and user-wide windows', () => {
     for (const reason of ErrorReasons) {
-      assert.equal(isStrike(reason), !['unavailable', 'internal', 'tenant_rate_limited'].includes(reason), reason);
+      assert.equal(isStrike(reason), !['unavailable', 'internal', 'tenant_rate_limited', 'user_rate_limited'].includes(reason), reason);
     }
   });
 });

@@ -10,14 +10,12 @@ import { ANONYMOUS, checkHandshake, chooseSubprotocol, clientAddress, type Ident
   type Refusal, retryAfterSeconds, retryHint } from '@sluice/core';
 import { endSpan, type Span } from '@sluice/telemetry';
 import { type HttpRequest, type HttpResponse, upgradeCorked, type us_socket_context_t } from '@sluice/uws';
-import { tokenFrom, Verifier } from '../auth.ts';
+import { tokenFrom, type Verifier } from '../auth.ts';
 import type { SharedLimits } from '../shared-limits.ts';
 import type { ShardContext } from './context.ts';
 import { newSocketData } from './socket-data.ts';
 
 export class Admission {
-  /** WS_AUTH=jwt: the token checker; null with WS_AUTH=none. */
-  private readonly verifier: Verifier | null;
   private readonly origins: readonly OriginRule[] | undefined;
   /** Connections accepted by this shard generation: the last part of their ids. */
   private seq = 0;
@@ -25,11 +23,12 @@ export class Admission {
   constructor(
     private readonly ctx: ShardContext,
     private readonly limits: SharedLimits,
+    /** WS_AUTH=jwt: the token checker the session's `refresh` uses too; null with WS_AUTH=none. */
+    private readonly verifier: Verifier | null,
     /** False while the shard stops, the node drains, or WS_MAX_SOCKETS is reached. */
     private readonly available: () => boolean,
   ) {
     const cfg = ctx.cfg;
-    this.verifier = cfg.auth === 'jwt' ? new Verifier(cfg) : null;
     this.origins = cfg.allowedOrigins === undefined ? undefined : parseOriginList(cfg.allowedOrigins);
   }
 

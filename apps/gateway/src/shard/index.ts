@@ -14,6 +14,7 @@ import { effectiveSlowBufferBytes, PendingRequests, retryHint, type WindowState 
 import { PROTOCOL_VERSION } from '@sluice/protocol';
 import { loadTracing, registerThreadMetrics } from '@sluice/telemetry';
 import { loadUws, type us_listen_socket, useUpgradeCork, type Uws } from '@sluice/uws';
+import { Verifier } from '../auth.ts';
 import { type Backplane, createBackplane, storeOf } from '../backplane.ts';
 import type { FromShardControl, ToShardControl } from '../control.ts';
 import type { SharedLimits } from '../shared-limits.ts';
@@ -106,10 +107,12 @@ class Shard {
     );
     const topics = new Topics<Recovery>(this.broker, ctx.lines.degraded);
     const recoveries = new Recoveries(ctx, this.broker, topics, lane);
+    const verifier = cfg.auth === 'jwt' ? new Verifier(cfg) : null;
     this.session = new Session(ctx, {
       metrics: this.metrics, broker: this.broker, limits: this.limits, shared: this.shared, topics, recoveries, lane, replies: new Replies(),
+      verifier,
     });
-    const admission = new Admission(ctx, this.limits, () => !this.unavailable());
+    const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable());
     const app = buildApp(this.uws, cfg, ctx.log, {
       admission,
       opened: this.session.opened,

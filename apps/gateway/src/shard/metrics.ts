@@ -19,6 +19,8 @@ export interface ShardCounters {
   readonly rejections: Record<ErrorReason, number>;
   readonly upgrades: Record<UpgradeRefusal | 'accepted' | 'aborted', number>;
   readonly closes: Record<string, number>;
+  /** `refresh` frames, by outcome: ok, or the reason of the refusal. */
+  readonly refreshes: Record<'ok' | 'unauthorized' | 'forbidden' | 'bad_request', number>;
 }
 
 export function newCounters(): ShardCounters {
@@ -29,6 +31,7 @@ export function newCounters(): ShardCounters {
     upgrades: zeros(['accepted', ...UpgradeRefusals, 'aborted']),
     closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0, buffer_limit: 0, congested: 0, slow_consumer: 0,
       token_expired: 0 },
+    refreshes: { ok: 0, unauthorized: 0, forbidden: 0, bad_request: 0 },
   };
 }
 
@@ -65,6 +68,8 @@ export class ShardMetrics {
     counterFrom(r, 'sluice_upgrades_total', 'WebSocket upgrades, by outcome.', 'outcome', () => m.upgrades);
     counterFrom(r, 'sluice_clients_closed_total', 'Sockets the server closed, by reason.', 'reason', () => m.closes);
     gaugeFrom(r, 'sluice_connected_sockets', 'Open WebSocket connections.', s.sockets);
+    counterFrom(r, 'sluice_refreshes_total', 'Token refreshes on open sockets (refresh frames), by outcome: ok or the refusal\'s reason.',
+      'outcome', () => m.refreshes);
     counterFrom(r, 'sluice_drained_sockets_total', 'Sockets closed by a drain (1012).', undefined, () => m.drained);
     counterFrom(r, 'sluice_messages_sent_total',
       'Events sent to sockets. For a socket with a backlog (a quarter of the soft limit unsent, or in the slow lane) an event counts once its buffer is empty.',

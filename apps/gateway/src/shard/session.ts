@@ -5,9 +5,11 @@
  * goes no further; the socket stays open unless it struck out.
  */
 import { allows, clearStrikes, Guard, frameWindowWait, guardFrame, type PublishResult, strike, topicKey } from '@sluice/core';
-import { type CloseReason, decodeClientFrame, encodePong, encodeRejection, encodeReplyOk, type ErrorReason, type JoinFrame,
-  type LeaveFrame, PEEK_REF_BYTES, peekRef, type PublishFrame, welcomeFrame, welcomePrefix } from '@sluice/protocol';
+import { type CloseReason, decodeClientFrame, encodePong, encodeRejection, encodeReplyOk, encodeUnsubscribed, type ErrorReason,
+  type JoinFrame, type LeaveFrame, PEEK_REF_BYTES, peekRef, type PublishFrame, type RefreshFrame, welcomeFrame,
+  welcomePrefix } from '@sluice/protocol';
 import { endSpan } from '@sluice/telemetry';
+import type { Verified, Verifier } from '../auth.ts';
 import { ExpiryTimers } from '../expiry.ts';
 import type { SharedLimits } from '../shared-limits.ts';
 import type { ShardBroker } from '../shard-broker.ts';
@@ -32,6 +34,8 @@ export interface SessionParts {
   readonly recoveries: Recoveries;
   readonly lane: SlowLane<SocketData>;
   readonly replies: Replies;
+  /** WS_AUTH=jwt: checks a `refresh`'s token as the upgrade checks the first; null with WS_AUTH=none. */
+  readonly verifier: Verifier | null;
 }
 
 export class Session {
@@ -57,7 +61,7 @@ export class Session {
     const d = ws.getUserData();
     this.sockets.add(ws);
     this.p.shared.addSockets(this.ctx.task.shard, 1);
-    ws.send(welcomeFrame(this.welcome, d.id), false);
+    ws.send(welcomeFrame(this.welcome, d.id, d.expiresAt), false);
     if (d.expiresAt !== Infinity) {
       // The token may have expired between its check and now.
       if (d.expiresAt <= Date.now()) this.close(ws, d, 'token_expired');
@@ -127,6 +131,9 @@ export class Session {
       case 'ping':
         clearStrikes(d);
         ws.send(encodePong(f.ref), false);
+        return;
+      case 'refresh':
+        this.refresh(ws, d, f);
         return;
     }
   };
@@ -235,11 +242,74 @@ export class Session {
       return;
     }
     clearStrikes(d);
-    d.topics!.delete(f.topic);
+    this.drop(ws, d, f.topic, key);
+    ws.send(encodeReplyOk(f.ref), false);
+  }
+
+  /** The socket leaves a joined topic: no replay, no lane, and its count in the topic's record. */
+  private drop(ws: Socket, d: SocketData, topic: string, key: string): void {
+    d.topics!.delete(topic);
     this.p.recoveries.cancel(d, key);
     this.p.lane.unsubscribe(ws, key);
     this.p.topics.release(key);
-    ws.send(encodeReplyOk(f.ref), false);
+  }
+
+  /** A new token for the open socket: checked as at the upgrade, then the expiry and rights are replaced. */
+  private refresh(ws: Socket, d: SocketData, f: RefreshFrame): void {
+    const verifier = this.p.verifier;
+    if (verifier === null) {
+      this.ctx.counters.refreshes.bad_request++;
+      this.reject(ws, d, f.ref, 'bad_request', undefined, 'refresh needs WS_AUTH=jwt: this gateway takes no tokens');
+      return;
+    }
+    verifier.verify(f.token, Date.now()).then((v) => {
+      if (d.open) ws.cork(() => this.refreshed(ws, d, f, v));
+    }, (err: unknown) => {
+      // jose does not reject for a bad token (verify answers why): this is a bug, answered and logged.
+      this.ctx.log.error({ err, conn: d.id }, 'refresh check failed');
+      if (d.open) ws.cork(() => ws.send(encodeRejection(f.ref, 'internal'), false));
+    });
+  }
+
+  /**
+   * The refresh's token was checked. Accepted: the expiry moves to the new
+   * `exp`, the rights become the new token's, and every joined topic they no
+   * longer allow is left with `unsubscribed` (sent before the reply, so that
+   * when the reply arrives the socket's topics are the new rights'). Refused:
+   * nothing changes, and it is a strike. The token is never logged.
+   */
+  private refreshed(ws: Socket, d: SocketData, f: RefreshFrame, v: Verified): void {
+    const counts = this.ctx.counters.refreshes;
+    if (!v.ok) {
+      counts.unauthorized++;
+      if (this.ctx.lines.rejected.enabled) this.ctx.lines.rejected.write({ conn: d.id, why: v.why }, 'refresh refused');
+      this.reject(ws, d, f.ref, 'unauthorized', undefined, 'the token is invalid, expired or revoked');
+      return;
+    }
+    const who = v.identity;
+    if (who.tenant !== d.tenant || who.user !== d.user) {
+      counts.forbidden++;
+      this.reject(ws, d, f.ref, 'forbidden', undefined, 'the token is for another user or tenant than the socket\'s');
+      return;
+    }
+    clearStrikes(d);
+    if (who.expiresAt !== d.expiresAt) {
+      if (d.expiresAt !== Infinity) this.expiry.delete(ws, d.expiresAt);
+      d.expiresAt = who.expiresAt;
+      // The Verifier accepts only a token whose exp is still ahead.
+      this.expiry.add(ws, who.expiresAt);
+    }
+    d.join = who.join;
+    d.pub = who.publish;
+    if (d.topics !== null) {
+      for (const [topic, key] of d.topics) {
+        if (allows(d.join, topic)) continue;
+        this.drop(ws, d, topic, key);
+        ws.send(encodeUnsubscribed(topic, 'forbidden'), false);
+      }
+    }
+    counts.ok++;
+    ws.send(encodeReplyOk(f.ref, `{"expiresAt":${who.expiresAt}}`), false);
   }
 }
 

@@ -17,11 +17,11 @@ export interface SocketData extends FixedWindowState, StrikeState, LaneData {
   readonly user: string;
   /** The client address (X-Forwarded-For only behind WS_TRUST_PROXY). */
   readonly ip: string;
-  /** Topics the socket may join and publish to. */
-  readonly join: Rights;
-  readonly pub: Rights;
-  /** The token's exp in ms; Infinity without a token. The socket is closed with 4001 then. */
-  readonly expiresAt: number;
+  /** Topics the socket may join and publish to: the token's, replaced by a `refresh`'s. */
+  join: Rights;
+  pub: Rights;
+  /** The token's exp in ms; Infinity without a token. The socket is closed with 4001 then, unless a `refresh` moved it. */
+  expiresAt: number;
   /** False from the moment the shard decided to close it (or it closed): nothing more is sent. */
   open: boolean;
   /** Publishes sent to the broker whose ack the client has not been sent yet. */

@@ -26,13 +26,18 @@ import { type JoinRequest, Subscriptions, type TopicState } from './subscription
 import type { ClientEvents, ClientState, EventHandler, PublishOptions, PublishResult, SluiceClientOptions, SubscribeOptions,
   Subscription } from './types.ts';
 
-type Ctrl = { readonly kind: 'join'; readonly topic: TopicState } | { readonly kind: 'leave'; readonly topic: string } | { readonly kind: 'ping' };
+/** A `refresh` on the open socket: `done` gets its reply, or undefined when the socket went first. */
+type Refresh = { readonly kind: 'refresh'; readonly token: string; readonly done: (reply: ReplyFrame | undefined) => void };
+
+type Ctrl = { readonly kind: 'join'; readonly topic: TopicState } | { readonly kind: 'leave'; readonly topic: string } | { readonly kind: 'ping' }
+  | Refresh;
 
 type Pending =
   | { readonly kind: 'publish'; readonly entry: Entry }
   | ({ readonly kind: 'join' } & JoinRequest)
   | { readonly kind: 'leave' }
-  | { readonly kind: 'ping' };
+  | { readonly kind: 'ping' }
+  | Refresh;
 
 export class SluiceClient extends Emitter<ClientEvents> {
   private readonly settings: Settings;
@@ -75,6 +80,7 @@ export class SluiceClient extends Emitter<ClientEvents> {
       opened: (w) => this.opened(w),
       frame: (f, now) => this.frame(f, now),
       ping: () => this.queue({ kind: 'ping' }),
+      refresh: (token) => new Promise((done) => this.queue({ kind: 'refresh', token, done })),
       lost: (d, code) => this.lost(d, code),
       failAll: (err, onlyUnjoined) => this.failAll(err, onlyUnjoined),
     });
@@ -143,8 +149,12 @@ export class SluiceClient extends Emitter<ClientEvents> {
     this.retryTimers.clear();
     // What was in flight on this socket: resent, except what must not be.
     const inflight: Entry[] = [];
-    for (const p of this.pending.values()) if (p.kind === 'publish') inflight.push(p.entry);
+    for (const p of this.pending.values()) {
+      if (p.kind === 'publish') inflight.push(p.entry);
+      else if (p.kind === 'refresh') p.done(undefined);
+    }
     this.pending.clear();
+    for (const c of this.ctrl) if (c.kind === 'refresh') c.done(undefined);
     this.ctrl = [];
     this.subs.unjoinAll();
     this.outbox.inflightLost(inflight, d.kind === 'reconnect' && d.dropOversized, code);
@@ -167,6 +177,9 @@ export class SluiceClient extends Emitter<ClientEvents> {
       case 'pong':
         this.reply(f, now);
         return;
+      case 'unsubscribed':
+        this.subs.removed(f.topic, f.reason);
+        return;
       case 'error':
         // An answer without ref: nothing of ours to settle, but a hint to obey.
         if (f.reason === 'rate_limited' && f.retryAfterMs !== undefined) this.pacer.pauseUntil(now + f.retryAfterMs);
@@ -181,6 +194,10 @@ export class SluiceClient extends Emitter<ClientEvents> {
     if (p === undefined) return;
     this.pending.delete(f.ref);
     if (p.kind === 'leave' || p.kind === 'ping') return;
+    if (p.kind === 'refresh') {
+      p.done(f.type === 'reply' ? f : undefined);
+      return;
+    }
     if (f.type === 'pong' || f.status === 'ok') {
       const data = f.type === 'pong' ? undefined : f.data;
       if (p.kind === 'join') this.subs.joined(p, data);
@@ -290,6 +307,12 @@ export class SluiceClient extends Emitter<ClientEvents> {
         const ref = this.nextRef('h');
         this.pending.set(ref, { kind: 'ping' });
         ws.send(`{"type":"ping","ref":"${ref}"}`);
+        return true;
+      }
+      case 'refresh': {
+        const ref = this.nextRef('r');
+        this.pending.set(ref, c);
+        ws.send(`{"type":"refresh","ref":"${ref}","token":${JSON.stringify(c.token)}}`);
         return true;
       }
     }

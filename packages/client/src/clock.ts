@@ -9,6 +9,8 @@ export type TimerHandle = unknown;
 export interface Clock {
   /** Milliseconds on a monotonic clock; only differences are used. */
   now(): number;
+  /** Milliseconds since the epoch (`Date.now()`): only held against a token's `expiresAt`, which the server sends as such. */
+  wall(): number;
   setTimeout(fn: () => void, ms: number): TimerHandle;
   clearTimeout(handle: TimerHandle): void;
 }
@@ -16,6 +18,7 @@ export interface Clock {
 /** The host's clock: `performance.now()` and the global timers, in browsers and Node alike. */
 export const systemClock: Clock = {
   now: () => performance.now(),
+  wall: () => Date.now(),
   setTimeout: (fn, ms) => setTimeout(fn, ms),
   clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
 };

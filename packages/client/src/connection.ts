@@ -5,9 +5,9 @@
  * socket is gone decides from the close table whether and when to try again.
  * What travels on an open socket is the facade's.
  */
-import { decodeServerFrame, PROTOCOL_VERSION, type ServerFrame, type WelcomeFrame } from '@sluice/protocol';
+import { decodeServerFrame, PROTOCOL_VERSION, type ReplyFrame, type ServerFrame, type WelcomeFrame } from '@sluice/protocol';
 import { type Clock, Timer } from './clock.ts';
-import { SluiceError } from './errors.ts';
+import { errorCode, SluiceError } from './errors.ts';
 import type { Settings } from './options.ts';
 import { afterClose, afterRefusal, type Disposition, reconnectDelay } from './policy.ts';
 import { type CloseEventLike, hasNodeEvents, type MessageEventLike, OPEN, type UpgradeResponseLike, type WebSocketLike } from './socket.ts';
@@ -23,6 +23,8 @@ export interface ConnectionHost {
   frame(frame: ServerFrame, now: number): void;
   /** The heartbeat asks for a `ping`. */
   ping(): void;
+  /** Sends `refresh` with `token` on the open socket: its reply, or undefined when the socket went first. */
+  refresh(token: string): Promise<ReplyFrame | undefined>;
   /** The socket is gone: settle what was in flight on it (before any event says so). */
   lost(d: Disposition, code: number): void;
   /** Every publish, and every subscription (`onlyUnjoined`: those not joined yet), fails with `err`. */
@@ -49,6 +51,15 @@ const CLOSE_WAIT_MS = 3000;
 const REFUSAL_WAIT_MS = 2000;
 /** How much of a refusal body is read. */
 const MAX_REFUSAL_BODY = 4096;
+/**
+ * When an open socket's token is refreshed: after this share of its
+ * remaining life, drawn over [0.75, 0.9] so that a fleet of clients whose
+ * tokens were issued together does not refresh in one wave; and at least
+ * REFRESH_MARGIN_MS before `expiresAt` (at once when less is left).
+ */
+const REFRESH_AT = 0.75;
+const REFRESH_JITTER = 0.15;
+const REFRESH_MARGIN_MS = 1000;
 /** A token that can travel as a subprotocol (RFC 7230 tchar); JWTs (base64url and dots) always are. */
 const TCHARS = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
@@ -59,6 +70,7 @@ export class Connection {
   private readonly reconnectTimer: Timer;
   private readonly connectTimer: Timer;
   private readonly heartbeatTimer: Timer;
+  private readonly refreshTimer: Timer;
   /** Bumped whenever an attempt is abandoned, so that a late token or socket event of an old attempt is ignored. */
   private gen = 0;
   private ws: WebSocketLike | undefined;
@@ -79,6 +91,7 @@ export class Connection {
     this.reconnectTimer = new Timer(clock);
     this.connectTimer = new Timer(clock);
     this.heartbeatTimer = new Timer(clock);
+    this.refreshTimer = new Timer(clock);
   }
 
   /** The welcomed socket that frames may be sent on now, if any. */
@@ -258,7 +271,64 @@ export class Connection {
     this.state = 'open';
     this.heartbeatMs = this.settings.options.heartbeatMs ?? f.heartbeatMs;
     if (this.heartbeatMs > 0) this.heartbeatTimer.set(() => this.heartbeat(), this.heartbeatMs);
+    this.scheduleRefresh(f.expiresAt);
     this.host.opened(f);
+  }
+
+  // --- token refresh on the open socket ---------------------------------------
+
+  /** With a token callback and a welcome that said when the token expires: refresh ahead of it, jittered. */
+  private scheduleRefresh(expiresAt: number | undefined): void {
+    this.refreshTimer.cancel();
+    if (expiresAt === undefined || this.settings.options.token === undefined) return;
+    const left = expiresAt - this.clock.wall();
+    const share = REFRESH_AT + REFRESH_JITTER * Math.min(1, Math.max(0, this.settings.random()));
+    this.refreshAfter(Math.max(0, Math.min(left * share, left - REFRESH_MARGIN_MS)), expiresAt);
+  }
+
+  private refreshAfter(ms: number, expiresAt: number): void {
+    const ws = this.ws;
+    this.refreshTimer.set(() => {
+      if (this.ws === ws && this.welcomed) void this.refreshNow(ws!, expiresAt);
+    }, ms);
+  }
+
+  /**
+   * Asks the token callback (`reason: 'expiring'`) and sends the token on
+   * this socket. Accepted: the next refresh is set from the new
+   * `expiresAt`. Refused as `unauthorized`, or the callback failed: tried
+   * again while the token lasts. Refused as `forbidden` (a token of another
+   * user) or `bad_request`: asking again cannot help; the socket then
+   * closes at `expiresAt` (4001) and the reconnect asks for a token anew.
+   */
+  private async refreshNow(ws: WebSocketLike, expiresAt: number): Promise<void> {
+    let token: string;
+    try {
+      token = await this.settings.options.token!({ refresh: true, reason: 'expiring' });
+      if (typeof token !== 'string' || token === '') throw new TypeError('the token callback must return a non-empty token (a JWT)');
+    } catch (err) {
+      if (this.ws !== ws) return;
+      this.host.report(new SluiceError('token_failed', `the token callback failed: ${String(err)}`, { cause: err }));
+      this.retryRefresh(expiresAt);
+      return;
+    }
+    if (this.ws !== ws || !this.welcomed) return;
+    const reply = await this.host.refresh(token);
+    // The socket went first: the next one asks for its token when it connects.
+    if (this.ws !== ws || reply === undefined) return;
+    if (reply.status === 'ok') {
+      const next = (reply.data as { expiresAt?: unknown } | undefined)?.expiresAt;
+      this.scheduleRefresh(typeof next === 'number' ? next : undefined);
+      return;
+    }
+    this.host.report(new SluiceError(errorCode(reply.reason), `token refresh refused: ${reply.message ?? reply.reason}`));
+    if (reply.reason === 'unauthorized' || reply.reason === 'rate_limited' || reply.reason === 'internal') this.retryRefresh(expiresAt);
+  }
+
+  /** A refresh that failed is tried again after a tenth of what is left (at least 1 s), while the token lasts. */
+  private retryRefresh(expiresAt: number): void {
+    const left = expiresAt - this.clock.wall();
+    if (left > REFRESH_MARGIN_MS) this.refreshAfter(Math.max(1000, left / 10), expiresAt);
   }
 
   // --- heartbeat ------------------------------------------------------------------
@@ -309,6 +379,7 @@ export class Connection {
     }
     this.connectTimer.cancel();
     this.heartbeatTimer.cancel();
+    this.refreshTimer.cancel();
     const wasOpen = this.welcomed;
     this.welcomed = false;
     const openFor = wasOpen ? this.clock.now() - this.openedAt : 0;

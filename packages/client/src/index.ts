@@ -10,6 +10,7 @@ export {
   type PublishResult,
   type ReconnectingEvent,
   type RecoveredEvent,
+  type UnsubscribedEvent,
   type SluiceClientOptions,
   type SluiceEvent,
   type SubscribeOptions,

@@ -168,6 +168,21 @@ export class Subscriptions {
     return false;
   }
 
+  /**
+   * The server took the topic away (`unsubscribed`): it is dropped as a
+   * refused join is, without an error (the server meant it), and
+   * `unsubscribed` is emitted. A later subscribe() joins it again, if the
+   * token then allows it.
+   */
+  removed(topic: string, reason: string): void {
+    const t = this.topics.get(topic);
+    if (t === undefined) return;
+    this.topics.delete(topic);
+    const err = new SluiceError(errorCode(reason), `the server unsubscribed ${topic}: ${reason}`, { topic });
+    for (const sub of t.subs) sub.settle(err);
+    this.emit('unsubscribed', { topic, reason });
+  }
+
   /** Rejects `ready` of every subscription, or (`onlyUnjoined`) of those not joined yet. */
   failAll(err: SluiceError, onlyUnjoined: boolean): void {
     for (const t of this.topics.values()) if (!onlyUnjoined || t.status !== 'joined') for (const sub of t.subs) sub.settle(err);

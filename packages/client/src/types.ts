@@ -11,18 +11,21 @@ export type ClientState = 'idle' | 'connecting' | 'open' | 'reconnecting' | 'clo
 /** What the `token` callback is told. */
 export interface TokenRequest {
   /**
-   * True when the server refused the last token: after a close with 4001
-   * `token_expired`, or a 401 at the upgrade. A cached token must not be
-   * handed out again.
+   * True when a new token is wanted: after a close with 4001
+   * `token_expired` or a 401 at the upgrade (the server refused the last
+   * one), or, with `reason: 'expiring'`, ahead of the open socket's
+   * `expiresAt`, when the client sends the new token on that socket (a
+   * `refresh` frame, no reconnect). A cached token must not be handed out
+   * again.
    */
   readonly refresh: boolean;
-  readonly reason: 'token_expired' | 'unauthorized' | undefined;
+  readonly reason: 'token_expired' | 'unauthorized' | 'expiring' | undefined;
 }
 
 export interface SluiceClientOptions {
   /** `ws://host:port/ws`, or a list: each attempt picks one at random, never the one that just failed or closed. */
   readonly url: string | readonly string[];
-  /** Asked before every connection attempt; with `refresh: true` after 4001 or 401. */
+  /** Asked before every connection attempt; with `refresh: true` after 4001 or 401, and before the open socket's token expires. */
   readonly token?: (request: TokenRequest) => string | Promise<string>;
   /**
    * Where the token travels. `protocol` (default): a `bearer.<jwt>`
@@ -105,7 +108,14 @@ export interface ClientEvents {
   disconnected: DisconnectedEvent;
   reconnecting: ReconnectingEvent;
   recovered: RecoveredEvent;
+  /** The server took a topic away: `forbidden` (a refreshed token no longer allows it), `removed` (the application removed the user). */
+  unsubscribed: UnsubscribedEvent;
   error: SluiceError;
+}
+
+export interface UnsubscribedEvent {
+  readonly topic: string;
+  readonly reason: string;
 }
 
 export interface SluiceEvent {

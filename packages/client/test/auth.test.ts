@@ -34,6 +34,8 @@ describe('WS_AUTH=jwt', () => {
     const { client, tap, log } = sdk({
       url: gw.url(),
       token: async (req) => {
+        // This test is the 4001 path: the callback itself refuses the refresh on the open socket.
+        if (req.reason === 'expiring') throw new Error('no refresh on the open socket in this test');
         asked.push(req);
         return token({}, asked.length === 1 ? 2500 : 600_000);
       },
@@ -71,6 +73,39 @@ describe('WS_AUTH=jwt', () => {
     assert.deepEqual(ofType(log, 'recovered').map((r) => r.ev), [{ topic: 'exp:1', recovered: true, since: rejoin.since }]);
     // The token went as a subprotocol, never in the URL.
     assert.ok(tap.sockets.every((s) => !s.url.includes('token=') && s.protocols[0] === 'sluice.v1' && s.protocols[1]!.startsWith('bearer.')));
+    pub.close();
+    await client.close();
+  });
+
+  test('ahead of expiresAt the client refreshes on the open socket: no 4001, no reconnect, every event once', async () => {
+    const asked: TokenRequest[] = [];
+    // Tokens of 3-4 s (exp is whole seconds): a refresh comes at 75-90% of what is left, so several happen in 7 s.
+    const { client, log } = sdk({
+      url: gw.url(),
+      token: async (req) => {
+        asked.push(req);
+        return token({}, 4000);
+      },
+    });
+    const got: unknown[] = [];
+    const sub = client.subscribe('refresh:1', (e) => got.push(e.data));
+    client.connect();
+    await sub.ready;
+    const pub = await publisher(gw);
+    const published: number[] = [];
+    for (let i = 0; i < 70; i++) {
+      assert.equal((await pub.request({ type: 'publish', topic: 'refresh:1', data: i })).status, 'ok');
+      published.push(i);
+      await sleep(100);
+    }
+    await eventually(() => got.length === published.length, 5000);
+    assert.deepEqual(got, published, 'every event once, in order, across the refreshes');
+    assert.deepEqual(ofType(log, 'disconnected'), [], 'no 4001: the token never expired on the open socket');
+    assert.equal(ofType(log, 'connected').length, 1);
+    assert.ok(asked.filter((r) => r.reason === 'expiring').length >= 2, JSON.stringify(asked));
+    assert.deepEqual(asked[0], { refresh: false, reason: undefined });
+    assert.ok(asked.slice(1).every((r) => r.refresh && r.reason === 'expiring'));
+    assert.deepEqual(ofType(log, 'error'), []);
     pub.close();
     await client.close();
   });

@@ -30,6 +30,11 @@ export class FakeClock implements Clock {
     return this.t;
   }
 
+  /** The virtual epoch: 2026-12-01T00:00:00Z plus the virtual time passed. */
+  wall(): number {
+    return 1_796_083_200_000 + this.t;
+  }
+
   setTimeout(fn: () => void, ms: number): TimerHandle {
     const id = ++this.seq;
     this.timers.set(id, { at: this.t + Math.max(0, ms), fn });
@@ -84,6 +89,8 @@ export class FakeServer {
   readonly WebSocket: WebSocketConstructor;
   heartbeatMs = 25_000;
   limits: Limits = LIMITS;
+  /** Set: welcome carries `expiresAt`, this many ms after it on the wall clock (a token's life, as WS_AUTH=jwt says it). */
+  tokenLifeMs: number | undefined;
   onUpgrade: (url: string, protocols: string[]) => Upgrade = () => ({ kind: 'welcome' });
   /** The answer to a client frame: frames to send back, or undefined for the gateway's default answer. */
   onFrame: (frame: ClientFrame, socket: FakeSocket) => string[] | undefined = () => undefined;
@@ -143,7 +150,10 @@ export class FakeServer {
           return;
         default:
           socket.opened();
-          if (upgrade.kind === 'welcome') socket.push(welcomeFrame(welcomePrefix(this.heartbeatMs, this.limits), `fake.0.0.${++this.conns}`));
+          if (upgrade.kind === 'welcome') {
+            const expiresAt = this.tokenLifeMs === undefined ? undefined : this.clock.wall() + this.tokenLifeMs;
+            socket.push(welcomeFrame(welcomePrefix(this.heartbeatMs, this.limits), `fake.0.0.${++this.conns}`, expiresAt));
+          }
       }
     });
   }

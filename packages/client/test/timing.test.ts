@@ -281,3 +281,108 @@ describe('pacing and the waits the server asks for', () => {
     await client.close();
   });
 });
+
+describe('token refresh on the open socket', () => {
+  /** A server whose tokens live a minute, answering every refresh with a new minute (or as `answer` says). */
+  function minuteTokens(answer?: (ref: string | undefined) => string | undefined): FakeServer {
+    const server = new FakeServer();
+    server.tokenLifeMs = 60_000;
+    server.onFrame = (f) => {
+      if (f.type !== 'refresh') return undefined;
+      return [answer?.(f.ref) ?? encodeReplyOk(f.ref, JSON.stringify({ expiresAt: server.clock.wall() + 60_000 }))];
+    };
+    return server;
+  }
+
+  test('ahead of expiresAt, at 0.75-0.9 of its life (jittered), the token callback is asked (expiring) and sent as refresh', async () => {
+    const server = minuteTokens();
+    const asked: unknown[] = [];
+    let n = 0;
+    const { client, t0 } = await server.open({ random: half, token: (r) => {
+      asked.push(r);
+      return `token-${n++}`;
+    } });
+    assert.deepEqual(asked, [{ refresh: false, reason: undefined }], 'the first token, for the upgrade');
+    // random 0.5: 0.825 of 60 s is 49.5 s.
+    await server.clock.advance(49_499);
+    assert.equal(server.ofType('refresh').length, 0, 'not a millisecond early');
+    await server.clock.advance(1);
+    await settle();
+    const sent = server.ofType('refresh');
+    assert.equal(sent.length, 1);
+    assert.equal(sent[0]!.at - t0, 49_500);
+    assert.deepEqual(asked[1], { refresh: true, reason: 'expiring' });
+    assert.equal(sent[0]!.frame.type === 'refresh' && sent[0]!.frame.token, 'token-1');
+    // The reply set a new minute: the next refresh comes 49.5 s after this one, on the same socket.
+    await server.clock.advance(49_500);
+    await settle();
+    assert.equal(server.ofType('refresh').length, 2);
+    assert.equal(server.sockets.length, 1, 'no reconnect');
+    assert.equal(client.state, 'open');
+    await client.close();
+  });
+
+  test('a refused refresh (unauthorized) is tried again after a tenth of what is left; forbidden is not', async () => {
+    let refuse: 'unauthorized' | 'forbidden' = 'unauthorized';
+    let refusals = 0;
+    const server = minuteTokens((ref) => (refusals++ < 1 ? encodeReplyError(ref, refuse, undefined, 'no') : undefined));
+    const errors: string[] = [];
+    const { client } = await server.open({ random: half, token: () => 'tok' });
+    client.on('error', (e) => errors.push(e.code));
+    await server.clock.advance(49_500);
+    await settle();
+    assert.equal(server.ofType('refresh').length, 1);
+    assert.deepEqual(errors, ['unauthorized']);
+    // 10.5 s were left: the retry comes 1.05 s later, and is accepted.
+    await server.clock.advance(1049);
+    await settle();
+    assert.equal(server.ofType('refresh').length, 1);
+    await server.clock.advance(1);
+    await settle();
+    assert.equal(server.ofType('refresh').length, 2);
+    await client.close();
+
+    refuse = 'forbidden';
+    refusals = 0;
+    const other = minuteTokens((ref) => encodeReplyError(ref, refuse, undefined, 'another user'));
+    const second = await other.open({ random: half, token: () => 'tok' });
+    await other.clock.advance(59_000);
+    await settle();
+    assert.equal(other.ofType('refresh').length, 1, 'a token of another user is not sent again');
+    await second.client.close();
+  });
+
+  test('without a token callback, or without expiresAt, nothing is refreshed', async () => {
+    const server = minuteTokens();
+    const { client } = await server.open({ random: half });
+    const plain = new FakeServer();
+    const second = await plain.open({ random: half, token: () => 'tok' });
+    await server.clock.advance(120_000);
+    await plain.clock.advance(120_000);
+    assert.equal(server.ofType('refresh').length, 0);
+    assert.equal(plain.ofType('refresh').length, 0);
+    await client.close();
+    await second.client.close();
+  });
+
+  test('an unsubscribed frame drops the topic and is told as an unsubscribed event', async () => {
+    const server = new FakeServer();
+    const { client } = await server.open({ random: half });
+    const events: unknown[] = [];
+    const got: unknown[] = [];
+    client.on('unsubscribed', (e) => events.push(e));
+    const sub = client.subscribe('room:1', (e) => got.push(e.data));
+    await server.clock.advance(0);
+    await sub.ready;
+    server.last.push('{"type":"unsubscribed","topic":"room:1","reason":"forbidden"}');
+    server.last.push('{"type":"event","topic":"room:1","data":"after"}');
+    await server.clock.advance(0);
+    assert.deepEqual(events, [{ topic: 'room:1', reason: 'forbidden' }]);
+    assert.deepEqual(got, [], 'no event of a topic the server took away');
+    // A reconnect does not join it again.
+    server.last.serverClose(1012, '{"reason":"unavailable","retryAfterMs":0}');
+    await server.clock.advance(5_000);
+    assert.equal(server.ofType('join').length, 1);
+    await client.close();
+  });
+});

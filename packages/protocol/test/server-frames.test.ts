@@ -2,7 +2,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import {
-  decodeServerFrame, decodeServerFrameObject, encodeError, encodeEvent, encodeEventFrame, encodePong, encodeRejection, encodeReplyError,
+  decodeClientFrame, decodeServerFrame, decodeServerFrameObject, encodeError, encodeSubscribed, encodeUnsubscribed, encodeEvent, encodeEventFrame, encodePong, encodeRejection, encodeReplyError,
   encodeReplyOk, ErrorReasons, EVENT_ID_PATTERN, formatEventId, type Limits, MAX_REF_LENGTH, type ServerFrame, TOPIC_PATTERN,
   TRACEPARENT_PATTERN, UpgradeRefusals, USER_TOPIC, welcomeFrame, welcomePrefix,
 } from '../src/index.ts';
@@ -191,6 +191,24 @@ describe('property: every frame the encoders of codec.ts write decodes back to t
       }));
   });
 
+  test('welcomeFrame with a token\'s expiresAt', () => {
+    fc.assert(fc.property(fc.integer({ min: 0, max: 2 ** 31 }), limits, fc.integer({ min: 0, max: 8_640_000_000_000_000 }),
+      (heartbeatMs, l, expiresAt) => {
+        assert.deepEqual(ok(welcomeFrame(welcomePrefix(heartbeatMs, l), 'n.0.0.1', expiresAt)),
+          { type: 'welcome', connectionId: 'n.0.0.1', heartbeatMs, limits: { ...l }, expiresAt });
+      }));
+    // Without a token (Infinity, or none) there is no expiresAt.
+    const plain = ok(welcomeFrame(welcomePrefix(1, LIMITS), 'n.0.0.1', Infinity));
+    assert.equal(plain.type === 'welcome' ? plain.expiresAt : 'not a welcome', undefined);
+  });
+
+  test('encodeUnsubscribed and encodeSubscribed', () => {
+    fc.assert(fc.property(topic, fc.constantFrom('forbidden' as const, 'removed' as const), (t, why) => {
+      assert.deepEqual(ok(encodeUnsubscribed(t, why)), { type: 'unsubscribed', topic: t, reason: why });
+      assert.deepEqual(ok(encodeSubscribed(t)), { type: 'subscribed', topic: t });
+    }));
+  });
+
   test('encodeReplyOk', () => {
     fc.assert(fc.property(ref, fc.option(json, { nil: undefined }), (r, data) => {
       assert.deepEqual(ok(encodeReplyOk(r, data === undefined ? undefined : JSON.stringify(data))),
@@ -229,5 +247,17 @@ describe('property: every frame the encoders of codec.ts write decodes back to t
       const r = decodeServerFrame(encodeEvent({ topic: 'a', id: '1-0', key: undefined, dataJson: '1', traceparent: tp }));
       assert.ok(r.ok && r.frame.type === 'event' && r.frame.traceparent === tp && r.frame.id === '1-0');
     }));
+  });
+});
+
+describe('the refresh frame (client to server)', () => {
+  test('a token of 1 to 8192 characters decodes; anything else is bad_request with a message', () => {
+    const r = decodeClientFrame('{"type":"refresh","ref":"r1","token":"a.b.c"}');
+    assert.deepEqual(r, { ok: true, frame: { type: 'refresh', ref: 'r1', token: 'a.b.c' } });
+    assert.ok(decodeClientFrame(JSON.stringify({ type: 'refresh', token: 'x'.repeat(8192) })).ok);
+    for (const token of [undefined, '', 42, null, ['a'], 'x'.repeat(8193)]) {
+      const bad = decodeClientFrame(JSON.stringify({ type: 'refresh', ref: 'r2', token }));
+      assert.ok(!bad.ok && bad.reason === 'bad_request' && bad.ref === 'r2' && /token/.test(bad.message), JSON.stringify(token));
+    }
   });
 });

@@ -4,7 +4,7 @@
  * ports whose readiness is the IPC ready message, a client on `ws` that
  * reads server frames with the protocol's decoder, a
  * Prometheus exposition reader and the client side of RFC 6455 framing.
- * Never imported by the gateway itself (main.ts and shard.ts bundle none of it).
+ * Never imported by the gateway itself (main.ts and shard/index.ts bundle none of it).
  */
 export {
   GATEWAY_DIR, PLAIN_ENV, TEST_ENV, gatewayArgs, running, runUntilExit, startGateway, withFileLimit,

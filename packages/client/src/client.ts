@@ -226,6 +226,7 @@ export class SluiceClient extends Emitter<ClientEvents> {
         this.pacer.pauseUntil(now + wait());
         break;
       case 'tenant_rate_limited':
+      case 'user_rate_limited':
       case 'unavailable':
         this.outbox.pausedUntil = Math.max(this.outbox.pausedUntil, now + wait());
         break;

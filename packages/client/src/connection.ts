@@ -5,7 +5,7 @@
  * socket is gone decides from the close table whether and when to try again.
  * What travels on an open socket is the facade's.
  */
-import { decodeServerFrame, PROTOCOL_VERSION, type ReplyFrame, type ServerFrame, type WelcomeFrame } from '@sluice/protocol';
+import { decodeServerFrame, MAX_TOKEN_LENGTH, PROTOCOL_VERSION, type ReplyFrame, type ServerFrame, type WelcomeFrame } from '@sluice/protocol';
 import { type Clock, Timer } from './clock.ts';
 import { errorCode, SluiceError } from './errors.ts';
 import type { Settings } from './options.ts';
@@ -60,6 +60,12 @@ const MAX_REFUSAL_BODY = 4096;
 const REFRESH_AT = 0.75;
 const REFRESH_JITTER = 0.15;
 const REFRESH_MARGIN_MS = 1000;
+/**
+ * Refused refreshes (`unauthorized`) of one token tried again at most this
+ * often: each is a strike on the socket, and the 4001 at `expiresAt`, then
+ * the reconnect with a new token, is the way out.
+ */
+const REFRESH_RETRIES = 3;
 /** A token that can travel as a subprotocol (RFC 7230 tchar); JWTs (base64url and dots) always are. */
 const TCHARS = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
@@ -71,6 +77,8 @@ export class Connection {
   private readonly connectTimer: Timer;
   private readonly heartbeatTimer: Timer;
   private readonly refreshTimer: Timer;
+  /** Refused refreshes of the open socket's current token, for REFRESH_RETRIES. */
+  private refreshRetries = 0;
   /** Bumped whenever an attempt is abandoned, so that a late token or socket event of an old attempt is ignored. */
   private gen = 0;
   private ws: WebSocketLike | undefined;
@@ -125,6 +133,7 @@ export class Connection {
     if (this.closePromise !== undefined) return this.closePromise;
     this.gen++;
     this.reconnectTimer.cancel();
+    this.refreshTimer.cancel();
     const ws = this.ws;
     this.state = 'closed';
     this.host.failAll(new SluiceError('closed', 'the client was closed'), true);
@@ -161,9 +170,7 @@ export class Connection {
       try {
         token = await options.token(request);
         this.refresh = undefined;
-        if (typeof token !== 'string' || token === '' || ((options.tokenIn ?? 'protocol') === 'protocol' && !TCHARS.test(token))) {
-          throw new TypeError('the token callback must return a non-empty token (a JWT)');
-        }
+        checkToken(token, (options.tokenIn ?? 'protocol') === 'protocol');
       } catch (err) {
         if (gen !== this.gen) return;
         this.host.report(new SluiceError('token_failed', `the token callback failed: ${String(err)}`, { cause: err }));
@@ -253,12 +260,13 @@ export class Connection {
 
   private message(data: unknown): void {
     if (typeof data !== 'string') return; // the gateway sends text frames only
-    const decoded = decodeServerFrame(data);
-    if (!decoded.ok) return; // not from the gateway, or a frame of a newer one: nothing to act on
-    const f = decoded.frame;
+    // Any frame is traffic for the heartbeat, one of a newer type too.
     const now = this.clock.now();
     this.lastRx = now;
     this.pingSentAt = undefined;
+    const decoded = decodeServerFrame(data);
+    if (!decoded.ok) return; // not from the gateway, or a frame of a newer one: nothing to act on
+    const f = decoded.frame;
     if (this.welcomed) this.host.frame(f, now);
     else if (f.type === 'welcome') this.welcome(f, now);
   }
@@ -280,6 +288,7 @@ export class Connection {
   /** With a token callback and a welcome that said when the token expires: refresh ahead of it, jittered. */
   private scheduleRefresh(expiresAt: number | undefined): void {
     this.refreshTimer.cancel();
+    this.refreshRetries = 0;
     if (expiresAt === undefined || this.settings.options.token === undefined) return;
     const left = expiresAt - this.clock.wall();
     const share = REFRESH_AT + REFRESH_JITTER * Math.min(1, Math.max(0, this.settings.random()));
@@ -305,7 +314,7 @@ export class Connection {
     let token: string;
     try {
       token = await this.settings.options.token!({ refresh: true, reason: 'expiring' });
-      if (typeof token !== 'string' || token === '') throw new TypeError('the token callback must return a non-empty token (a JWT)');
+      checkToken(token, false);
     } catch (err) {
       if (this.ws !== ws) return;
       this.host.report(new SluiceError('token_failed', `the token callback failed: ${String(err)}`, { cause: err }));
@@ -317,12 +326,15 @@ export class Connection {
     // The socket went first: the next one asks for its token when it connects.
     if (this.ws !== ws || reply === undefined) return;
     if (reply.status === 'ok') {
+      // Only a later expiry sets the next refresh: a token that does not
+      // move it (a cached one, or a clock far off the server's) would
+      // otherwise be sent again at once, in a loop.
       const next = (reply.data as { expiresAt?: unknown } | undefined)?.expiresAt;
-      this.scheduleRefresh(typeof next === 'number' ? next : undefined);
+      if (typeof next === 'number' && next > expiresAt) this.scheduleRefresh(next);
       return;
     }
     this.host.report(new SluiceError(errorCode(reply.reason), `token refresh refused: ${reply.message ?? reply.reason}`));
-    if (reply.reason === 'unauthorized' || reply.reason === 'rate_limited' || reply.reason === 'internal') this.retryRefresh(expiresAt);
+    if (reply.reason === 'unauthorized' && ++this.refreshRetries <= REFRESH_RETRIES) this.retryRefresh(expiresAt);
   }
 
   /** A refresh that failed is tried again after a tenth of what is left (at least 1 s), while the token lasts. */
@@ -448,5 +460,12 @@ export class Connection {
     due = this.clock.now() + inMs;
     if (this.state !== 'reconnecting') return; // close() from a listener
     this.host.emit('reconnecting', { inMs, attempt: this.failures, retryAfterMs, reason: cause.reason, code: cause.code, status: cause.status });
+  }
+}
+
+/** A token the callback handed out: a non-empty string of at most MAX_TOKEN_LENGTH; for the upgrade's subprotocol, tchars only. */
+function checkToken(token: unknown, asSubprotocol: boolean): asserts token is string {
+  if (typeof token !== 'string' || token === '' || token.length > MAX_TOKEN_LENGTH || (asSubprotocol && !TCHARS.test(token))) {
+    throw new TypeError('the token callback must return a non-empty token (a JWT)');
   }
 }

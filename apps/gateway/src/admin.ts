@@ -38,11 +38,8 @@ export function createAdminServer(deps: AdminDeps): Server {
 
   return createServer((req, res) => {
     const route = `${req.method} ${(req.url ?? '/').split('?')[0]}`;
-    try {
-      handle(req, res, route).catch(failed(res, route));
-    } catch (err) {
-      failed(res, route)(err);
-    }
+    // handle is async: whatever it throws arrives here as a rejection.
+    handle(req, res, route).catch(failed(res, route));
   });
 
   async function handle(req: IncomingMessage, res: ServerResponse, route: string): Promise<void> {

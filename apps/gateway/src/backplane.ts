@@ -9,7 +9,6 @@
  * shard needs to know which broker it has.
  */
 import type { Config } from '@sluice/core';
-import type { RedisHealth } from '@sluice/redis';
 import { IndexedHistogram, type Logger, type Registry } from '@sluice/telemetry';
 import { SharedLimits, type LocalSettle } from './shared-limits.ts';
 import { MeshBroker } from './mesh-broker.ts';
@@ -34,14 +33,10 @@ export interface Backplane {
   readonly limits: SharedLimits;
   /** Resolves when the shard may listen; never rejects. */
   readonly ready: Promise<void>;
-  /** Cluster mode: whether Redis is up (broker and limits read the same one). Embedded: undefined. */
-  readonly health: RedisHealth | undefined;
-  /** Where durable events are stored, for spans and logs. */
-  readonly store: 'memory' | 'redis';
 }
 
 /** Where a node with this config stores durable events. */
-export function storeOf(cfg: Pick<Config, 'redisUrl'>): Backplane['store'] {
+export function storeOf(cfg: Pick<Config, 'redisUrl'>): 'memory' | 'redis' {
   return cfg.redisUrl === undefined ? 'memory' : 'redis';
 }
 
@@ -49,11 +44,11 @@ export function createBackplane(deps: BackplaneDeps): Backplane {
   const { shard, config: cfg, log } = deps;
   const mesh = new MeshBroker(shard, cfg.workers, cfg, log);
   if (cfg.redisUrl === undefined) {
-    return { broker: mesh, limits: new SharedLimits(cfg, undefined, deps.localSettle, log), ready: Promise.resolve(), health: undefined, store: 'memory' };
+    return { broker: mesh, limits: new SharedLimits(cfg, undefined, deps.localSettle, log), ready: Promise.resolve() };
   }
   const latency = new IndexedHistogram(deps.registry, 'sluice_redis_command_seconds',
     'How long Redis commands took, answered or failed (cluster mode), by operation.', 'op', REDIS_OPS);
   const broker = new RedisBroker(shard, mesh, cfg, log, (op, seconds) => latency.observe(op, seconds));
   const limits = new SharedLimits(cfg, broker.client, deps.localSettle, log, (seconds) => latency.observe(RedisOp.Window, seconds), broker.health);
-  return { broker, limits, ready: broker.connected(CONNECT_WAIT_MS), health: broker.health, store: 'redis' };
+  return { broker, limits, ready: broker.connected(CONNECT_WAIT_MS) };
 }

@@ -10,7 +10,8 @@ import type { BrokerStats, ShardBroker } from './shard-broker.ts';
 import { Batcher, decodePeer, encodeDelivery, encodePeer, forEachMessage, type FromOwner, type PeerMessage, type ToOwner } from './messages.ts';
 
 const UNAVAILABLE: PublishResult = Object.freeze({ ok: false, reason: 'unavailable' });
-const PUBLISH_FAILS: RequestFailure<PublishResult> = Object.freeze({ value: UNAVAILABLE });
+/** A publish's request options, made once: a publish to another shard's topic builds no options object. */
+const PUBLISH_REQUEST: { readonly fail: RequestFailure<PublishResult> } = Object.freeze({ fail: Object.freeze({ value: UNAVAILABLE }) });
 
 class PeerLink {
   readonly out: Batcher<PeerMessage>;
@@ -96,7 +97,7 @@ export class MeshBroker implements ShardBroker {
       const scope = idempotencyScope(tenant, req.idempotencyKey);
       const keyOwner = ownerOf(scope, this.shards);
       if (keyOwner === this.self) return this.publishOnce(scope, tenant, req);
-      return this.request(keyOwner, PUBLISH_FAILS, (rid) => ({ op: 'once', rid, tenant, req }));
+      return this.request(keyOwner, PUBLISH_REQUEST, (rid) => ({ op: 'once', rid, tenant, req }));
     }
     return this.publishToOwner(tenant, req);
   }
@@ -153,7 +154,7 @@ export class MeshBroker implements ShardBroker {
   private publishToOwner(tenant: string, req: PublishFields): Promise<PublishResult> {
     const owner = ownerOf(topicKey(tenant, req.topic), this.shards);
     if (owner === this.self) return Promise.resolve(this.hub.publish(tenant, req));
-    return this.request(owner, PUBLISH_FAILS, (rid) => ({ op: 'pub', rid, tenant, req }));
+    return this.request(owner, PUBLISH_REQUEST, (rid) => ({ op: 'pub', rid, tenant, req }));
   }
 
   subscribe(topic: string): Promise<void> {
@@ -163,7 +164,7 @@ export class MeshBroker implements ShardBroker {
       this.hub.subscribe(this.self, topic);
       return Promise.resolve();
     }
-    return this.request<void>(owner, ownerGone(owner), (rid) => ({ op: 'sub', rid, topic }));
+    return this.request<void>(owner, { fail: ownerGone(owner) }, (rid) => ({ op: 'sub', rid, topic }));
   }
 
   unsubscribe(topic: string): void {
@@ -176,7 +177,7 @@ export class MeshBroker implements ShardBroker {
   history(topic: string, since: string): Promise<HistoryRead> {
     const owner = ownerOf(topic, this.shards);
     if (owner === this.self) return Promise.resolve(this.hub.history(topic, since));
-    return this.request<HistoryRead>(owner, ownerGone(owner), (rid) => ({ op: 'hist', rid, topic, since }));
+    return this.request<HistoryRead>(owner, { fail: ownerGone(owner) }, (rid) => ({ op: 'hist', rid, topic, since }));
   }
 
   onDelivery(handler: (ev: Delivery) => void): void {
@@ -193,11 +194,12 @@ export class MeshBroker implements ShardBroker {
     for (const link of this.peers.values()) link.out.flush();
   }
 
-  /** `fail` is what the request settles with if the owner is or becomes unavailable. */
-  private request<T>(owner: number, fail: RequestFailure<T>, make: (rid: number) => ToOwner): Promise<T> {
+  /** `opts.fail` is what the request settles with if the owner is or becomes unavailable. */
+  private request<T>(owner: number, opts: { readonly fail: RequestFailure<T> }, make: (rid: number) => ToOwner): Promise<T> {
     const link = this.peers.get(owner);
+    const fail = opts.fail;
     if (link === undefined) return 'value' in fail ? Promise.resolve(fail.value) : Promise.reject(fail.error);
-    return link.requests.request<T>((rid) => link.send(make(rid)), { fail });
+    return link.requests.request<T>((rid) => link.send(make(rid)), opts);
   }
 
   private fromOwner(link: PeerLink, m: FromOwner): void {

@@ -2,7 +2,7 @@ import type { MessagePort } from 'node:worker_threads';
 import {
   BrokerUnavailable, type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, ReplaySplice, SpliceEmit, topicKey,
 } from '@sluice/core';
-import { encodeEventFrame, EventClass, eventIdMs } from '@sluice/protocol';
+import { encodeEventFrame, EventClass, eventIdMs, parseEventId } from '@sluice/protocol';
 import { type BusMessage, createRedisClient, nodeOptions, RedisBus, type RedisClient, RedisHealth, ShardedSubscriptions } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 import type { MeshBroker } from './mesh-broker.ts';
@@ -262,17 +262,14 @@ export class RedisBroker implements ShardBroker {
   }
 
   private fromBus(m: BusMessage): void {
-    if (!this.bus.topics.has(m.topic)) return; // unsubscribed meanwhile
-    const ev: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: eventIdMs(m.id) };
+    // Unsubscribed meanwhile, or not subscribed again yet (subscribe makes the splice before the bus subscription).
     const splice = this.splices.get(m.topic);
-    if (splice === undefined && ev.id !== undefined) {
-      // Subscribed before the join's clock reading came back: this is the first id.
-      this.splices.set(m.topic, new ReplaySplice(ev.id));
-      this.deliver(ev);
-      return;
-    }
+    if (splice === undefined || !this.bus.topics.has(m.topic)) return;
+    // The id is parsed once: for the lag's time part and for the splice.
+    const id = m.id === undefined ? undefined : parseEventId(m.id);
+    const ev: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: id === undefined ? 0 : id.ms };
     // Held while a catch-up read is out; dropped when not newer than the last delivered on its topic.
-    if (splice === undefined || (splice.live(ev) & SpliceEmit) !== 0) this.deliver(ev);
+    if ((splice.live(ev, id) & SpliceEmit) !== 0) this.deliver(ev);
   }
 
   /**

@@ -42,6 +42,8 @@ export const Refusals = {
   forbiddenOrigin: { reason: 'forbidden_origin', status: '403 Forbidden' },
   /** A request to /ws with `upgrade: websocket` that uWS did not take as a handshake. */
   noKey: { reason: 'bad_request', status: '400 Bad Request', why: 'no sec-websocket-key' },
+  /** A bug in the upgrade handler: this request fails, the shard goes on. */
+  internal: { reason: 'internal', status: '500 Internal Server Error' },
   /** A plain request to /ws. */
   notAnUpgrade: { reason: 'bad_request', status: '426 Upgrade Required', header: ['upgrade', 'websocket'], why: 'not an upgrade' },
 } as const satisfies Record<string, Refusal>;

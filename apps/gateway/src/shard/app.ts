@@ -49,7 +49,7 @@ function upgradeGuarded(log: Logger, admission: Admission, res: HttpResponse, re
   } catch (err) {
     log.error({ err }, 'upgrade handler failed');
     try {
-      res.cork(() => res.writeStatus('500 Internal Server Error').end('{"reason":"internal"}', true));
+      admission.refuse(res, Refusals.internal);
     } catch {
       // Already answered before the failure.
     }

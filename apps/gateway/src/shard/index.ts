@@ -69,6 +69,7 @@ class Shard {
   private readonly metrics = new ShardMetrics();
   private readonly session: Session;
   private readonly fanOut: FanOut;
+  private readonly app: ReturnType<typeof buildApp>;
   private readonly threadMetrics: { stop(): void };
   /** Settles waiting for the coordinator's memory window store. */
   private readonly settles = new PendingRequests<readonly WindowState[]>();
@@ -131,8 +132,6 @@ class Shard {
     this.threadMetrics = registerThreadMetrics(registry, `shard${task.shard}`);
     this.app = app;
   }
-
-  private readonly app: ReturnType<typeof buildApp>;
 
   run(): Promise<ShardExit> {
     active = this; // eslint-disable-line @typescript-eslint/no-this-alias -- the thread's process hooks reach the shard it runs now

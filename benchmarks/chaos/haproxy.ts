@@ -8,7 +8,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { REPO_ROOT, shellWithFileLimit } from '../src/lib/spawn.ts';
+import { REPO_ROOT } from '../src/lib/spawn.ts';
+import { withFileLimit } from '@sluice/gateway/testing';
 import { requireSystemDep, systemDepError } from '../../tools/system-deps.mjs';
 
 export const DEPLOY_CFG = join(REPO_ROOT, 'deploy/haproxy/haproxy.cfg');
@@ -113,7 +114,8 @@ export class Haproxy {
   }
 
   async start(timeoutMs = 10_000): Promise<void> {
-    const p = spawn('/bin/sh', shellWithFileLimit([requireSystemDep('haproxy'), '-db', '-f', this.cfgPath]), { stdio: ['ignore', 'ignore', 'pipe'] });
+    const [sh, ...shArgs] = withFileLimit([requireSystemDep('haproxy'), '-db', '-f', this.cfgPath]);
+    const p = spawn(sh, shArgs, { stdio: ['ignore', 'ignore', 'pipe'] });
     this.proc = p;
     this.exited = new Promise((r) => p.once('exit', () => r()));
     p.stderr!.setEncoding('utf8');

@@ -8,7 +8,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { PendingRequests, RequestFailed } from '@sluice/core';
 import { cpuSeconds } from './proc.ts';
-import { REPO_ROOT, shellWithFileLimit } from './spawn.ts';
+import { REPO_ROOT } from './spawn.ts';
+import { withFileLimit } from '@sluice/gateway/testing';
 
 export type RpcReply = { id: number; ok: true; result: unknown } | { id: number; ok: false; error: string };
 interface Envelope<R> { id: number; req: R }
@@ -74,7 +75,8 @@ export class RpcChild<R extends { op: string }> {
 
   /** Starts `file` with `flag` under the hard open-file limit; resolves once it said hello. `label` names it in errors. */
   static start<R extends { op: string }>(file: string, flag: string, label: string): Promise<RpcChild<R>> {
-    const proc = spawn('/bin/sh', shellWithFileLimit([process.execPath, '--import', 'tsx', file, flag]), {
+    const [sh, ...shArgs] = withFileLimit([process.execPath, '--import', 'tsx', file, flag]);
+    const proc = spawn(sh, shArgs, {
       cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     return new Promise((resolve, reject) => {

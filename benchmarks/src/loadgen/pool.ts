@@ -2,7 +2,8 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { REPO_ROOT, shellWithFileLimit } from '../lib/spawn.ts';
+import { REPO_ROOT } from '../lib/spawn.ts';
+import { withFileLimit } from '@sluice/gateway/testing';
 import { cpuSeconds } from '../lib/proc.ts';
 import { askChild, childRequests, type RpcReply } from '../lib/child-rpc.ts';
 import type { PendingRequests } from '@sluice/core';
@@ -24,7 +25,8 @@ export class LoadProc {
   }
 
   static start(index: number, lifetimeMs: number): Promise<LoadProc> {
-    const proc = spawn('/bin/sh', shellWithFileLimit([process.execPath, '--import', 'tsx', CHILD]), {
+    const [sh, ...shArgs] = withFileLimit([process.execPath, '--import', 'tsx', CHILD]);
+    const proc = spawn(sh, shArgs, {
       cwd: REPO_ROOT,
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       env: { ...process.env, LOADGEN_LIFETIME_MS: String(lifetimeMs) },

@@ -1,8 +1,12 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
-import type { Config, PublishRequest, PublishResult } from '@sluice/core';
+import { type Config, type ControlCommand, type DisconnectTarget, hasControlChar, MAX_SUB_LENGTH, type PublishRequest,
+  type PublishResult } from '@sluice/core';
 import { decodeFrameObject, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
+
+/** What a server-side control command came to: taken (it reaches every node within 1 s), or not taken at all. */
+export type ControlResult = { readonly ok: true } | { readonly ok: false; readonly reason: 'unavailable'; readonly message: string };
 
 export interface AdminDeps {
   readonly config: Config;
@@ -10,17 +14,48 @@ export interface AdminDeps {
   ready(): boolean;
   metrics(): Promise<{ text: string; contentType: string }>;
   publish(req: PublishRequest): Promise<PublishResult>;
+  /** Sends a command to every shard of every node. Resolves once it is on its way (cluster mode: Redis took it). */
+  control(cmd: ControlCommand): Promise<ControlResult>;
   /** Starts the drain, as SIGTERM does; the admin server keeps answering until the process exits. */
   drain(): void;
 }
 
+/** Every route the admin server answers; docs/admin-api.openapi.json documents each (a test holds the two together). */
+export const ADMIN_ROUTES = [
+  { method: 'GET', path: '/health/live', auth: false },
+  { method: 'GET', path: '/health/ready', auth: false },
+  { method: 'GET', path: '/metrics', auth: false },
+  { method: 'POST', path: '/v1/publish', auth: true },
+  { method: 'POST', path: '/v1/revoke', auth: true },
+  { method: 'POST', path: '/v1/disconnect', auth: true },
+  { method: 'POST', path: '/v1/subscribe', auth: true },
+  { method: 'POST', path: '/v1/unsubscribe', auth: true },
+  { method: 'POST', path: '/admin/drain', auth: true },
+] as const satisfies readonly { method: string; path: string; auth: boolean }[];
+
+type Route = (typeof ADMIN_ROUTES)[number];
+
+/** The largest body a control request (revoke, disconnect, subscribe) may have: its fields are short. */
+const CONTROL_BODY_BYTES = 16 * 1024;
+const CONNECTION_ID = /^[A-Za-z0-9.]{1,200}$/;
+const TENANT_RULE = 'tenant must match ^[A-Za-z0-9:_.\\-]{1,200}$';
+
+/** An error answer: every one has a reason and a message. */
+class Refused {
+  constructor(readonly status: number, readonly reason: string, readonly message: string, readonly headers: Record<string, string> = {}) {}
+}
+
 /**
- * The admin HTTP server (ADMIN_PORT): health, metrics and the server-side
- * publish API. Plain node:http: nothing here is on the hot path.
+ * The admin HTTP server (ADMIN_PORT): health, metrics, server-side publish
+ * and control (revoke, disconnect, subscribe, unsubscribe) and the drain.
+ * Plain node:http: nothing here is on the hot path.
  *
- * No request can take the process down: a handler that throws or whose
- * dependency rejects is logged and answered 500 `{"reason":"internal"}`
- * (or, when the answer had begun, the connection is cut).
+ * Every route but /health/* and /metrics needs `Authorization: Bearer
+ * $ADMIN_TOKEN` when it is set (config refuses WS_AUTH=jwt without it unless
+ * ADMIN_INSECURE=1). Every error answer is `{"reason","message"}`. No
+ * request can take the process down: a handler that throws or whose
+ * dependency rejects is logged and answered 500 `internal` (or, when the
+ * answer had begun, the connection is cut).
  */
 export function createAdminServer(deps: AdminDeps): Server {
   const token = deps.config.adminToken === undefined ? undefined : Buffer.from(`Bearer ${deps.config.adminToken}`);
@@ -29,94 +64,201 @@ export function createAdminServer(deps: AdminDeps): Server {
     const got = Buffer.from(req.headers.authorization ?? '');
     return got.length === token.length && timingSafeEqual(got, token);
   };
+  const byPath = new Map<string, Route[]>();
+  for (const r of ADMIN_ROUTES) byPath.set(r.path, [...(byPath.get(r.path) ?? []), r]);
 
   const failed = (res: ServerResponse, route: string) => (err: unknown): void => {
+    if (err instanceof Refused) {
+      if (!res.headersSent) json(res, err.status, { reason: err.reason, message: err.message }, err.headers);
+      return;
+    }
     deps.log.error({ err, route }, 'admin request failed');
     if (!res.headersSent) json(res, 500, { reason: 'internal', message: 'the request failed inside the gateway; see its log' });
     else res.destroy();
   };
 
   return createServer((req, res) => {
-    const route = `${req.method} ${(req.url ?? '/').split('?')[0]}`;
+    const path = (req.url ?? '/').split('?')[0]!;
+    const route = `${req.method} ${path}`;
     // handle is async: whatever it throws arrives here as a rejection.
-    handle(req, res, route).catch(failed(res, route));
+    handle(req, res, path).catch(failed(res, route));
   });
 
-  async function handle(req: IncomingMessage, res: ServerResponse, route: string): Promise<void> {
-    switch (route) {
-      case 'GET /health/live':
+  async function handle(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const routes = byPath.get(path);
+    if (routes === undefined) throw new Refused(404, 'not_found', `no admin route ${path}`);
+    const r = routes.find((x) => x.method === req.method);
+    if (r === undefined) {
+      const allow = routes.map((x) => x.method).join(', ');
+      throw new Refused(405, 'method_not_allowed', `${path} answers ${allow}`, { allow });
+    }
+    if (r.auth && !authorized(req)) {
+      throw new Refused(401, 'unauthorized', 'this route needs Authorization: Bearer <ADMIN_TOKEN>', { 'www-authenticate': 'Bearer' });
+    }
+    switch (r.path) {
+      case '/health/live':
         return json(res, 200, { status: 'live' });
-      case 'GET /health/ready':
+      case '/health/ready':
         return deps.ready() ? json(res, 200, { status: 'ready' }) : json(res, 503, { status: 'unavailable' });
-      case 'GET /metrics': {
+      case '/metrics': {
         let m: { text: string; contentType: string };
         try {
           m = await deps.metrics();
         } catch (err) {
           deps.log.warn({ err }, 'metrics collection failed');
-          return json(res, 500, { reason: 'internal' });
+          throw new Refused(500, 'internal', 'collecting the metrics failed; see the log');
         }
         res.writeHead(200, { 'content-type': m.contentType });
         res.end(m.text);
         return;
       }
-      case 'POST /v1/publish': {
-        if (!authorized(req)) return json(res, 401, { reason: 'unauthorized' });
-        let body: string | undefined;
-        try {
-          body = await readBody(req, deps.config.hardMaxFrameBytes);
-        } catch {
-          return json(res, 400, { reason: 'bad_request', message: 'request body could not be read' });
-        }
-        if (body === undefined) return json(res, 413, { reason: 'payload_too_large' });
-        return publish(deps, req, body, res);
+      case '/v1/publish':
+        return publish(deps, req, await readJson(req, deps.config.hardMaxFrameBytes), res);
+      case '/v1/revoke':
+      case '/v1/disconnect':
+      case '/v1/subscribe':
+      case '/v1/unsubscribe': {
+        const cmd = controlCommand(r.path, await readJson(req, CONTROL_BODY_BYTES), deps.config, Date.now());
+        deps.log.info({ ...describe(cmd), from: req.socket.remoteAddress }, `admin: ${r.path.slice(4)}`);
+        const result = await deps.control(cmd);
+        if (!result.ok) throw new Refused(503, result.reason, result.message);
+        return json(res, 202, { status: r.path === '/v1/revoke' ? 'revoked' : 'accepted' });
       }
-      case 'POST /admin/drain':
-        if (!authorized(req)) return json(res, 401, { reason: 'unauthorized' });
-        deps.log.info('drain requested on the admin port');
+      case '/admin/drain':
+        deps.log.info({ from: req.socket.remoteAddress }, 'drain requested on the admin port');
         deps.drain();
         return json(res, 202, { status: 'draining' });
-      default:
-        return json(res, 404, { reason: 'not_found' });
     }
   }
 }
 
-async function publish(deps: AdminDeps, req: IncomingMessage, body: string, res: ServerResponse): Promise<void> {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(body);
-  } catch {
-    return json(res, 400, { reason: 'bad_request', message: 'body is not valid JSON' });
+/** The fields of a command for the admin action's log line: who and what, never a token. */
+function describe(cmd: ControlCommand): Record<string, unknown> {
+  switch (cmd.op) {
+    case 'revoke': {
+      const r = cmd.revocation;
+      return r.kind === 'user' ? { tenant: r.tenant, user: r.user } : { tenant: r.tenant, jti: r.jti };
+    }
+    case 'disconnect':
+      return { ...cmd.target, reconnect: cmd.retry };
+    case 'subscribe':
+    case 'unsubscribe':
+      return { tenant: cmd.tenant, user: cmd.user, topic: cmd.topic };
+    case 'revocations':
+      return { count: cmd.list.length };
   }
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-    return json(res, 400, { reason: 'bad_request', message: 'body must be a JSON object' });
+}
+
+/**
+ * A control request's body as a command, or a 400 that names the field.
+ * Unknown fields are refused: a typo (`usr`) must not turn into a request
+ * that names nobody.
+ */
+export function controlCommand(path: '/v1/revoke' | '/v1/disconnect' | '/v1/subscribe' | '/v1/unsubscribe', body: Record<string, unknown>,
+  cfg: Pick<Config, 'auth' | 'revocationTtlMs'>, now: number): ControlCommand {
+  const allowed: Record<typeof path, readonly string[]> = {
+    '/v1/revoke': ['tenant', 'user', 'jti'],
+    '/v1/disconnect': ['tenant', 'user', 'connectionId', 'reconnect'],
+    '/v1/subscribe': ['tenant', 'user', 'topic'],
+    '/v1/unsubscribe': ['tenant', 'user', 'topic'],
+  };
+  for (const k of Object.keys(body)) {
+    if (!allowed[path].includes(k)) throw bad(`unknown field ${JSON.stringify(k)}; ${path} takes ${allowed[path].join(', ')}`);
   }
-  const obj = raw as Record<string, unknown>;
+  const tenant = body.tenant ?? 'default';
+  if (typeof tenant !== 'string' || !TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
+  switch (path) {
+    case '/v1/revoke': {
+      if (cfg.auth !== 'jwt') throw bad('revocation needs WS_AUTH=jwt: this gateway takes no tokens');
+      const { user, jti } = body;
+      if ((user === undefined) === (jti === undefined)) throw bad('name exactly one of user (every token of the user) and jti (one token)');
+      const expiresAt = now + cfg.revocationTtlMs;
+      if (user !== undefined) return { op: 'revoke', revocation: { kind: 'user', tenant, user: subject(user, 'user'), at: now, expiresAt } };
+      return { op: 'revoke', revocation: { kind: 'token', tenant, jti: subject(jti, 'jti'), expiresAt } };
+    }
+    case '/v1/disconnect': {
+      const { user, connectionId, reconnect = false } = body;
+      if (typeof reconnect !== 'boolean') throw bad('reconnect must be true or false');
+      if ((user === undefined) === (connectionId === undefined)) throw bad('name exactly one of user and connectionId');
+      let target: DisconnectTarget;
+      if (user !== undefined) target = { tenant, user: subject(user, 'user') };
+      else {
+        if (body.tenant !== undefined) throw bad('a connectionId names one socket: leave tenant out');
+        if (typeof connectionId !== 'string' || !CONNECTION_ID.test(connectionId)) {
+          throw bad('connectionId must be a connection id as the welcome frame gives it (letters, digits and dots, at most 200)');
+        }
+        target = { connectionId };
+      }
+      return { op: 'disconnect', target, retry: reconnect };
+    }
+    case '/v1/subscribe':
+    case '/v1/unsubscribe': {
+      const user = subject(body.user, 'user');
+      const { topic } = body;
+      if (typeof topic !== 'string' || !TOPIC_PATTERN.test(topic)) throw bad('topic must match ^[A-Za-z0-9:_.\\-]{1,200}$');
+      return { op: path === '/v1/subscribe' ? 'subscribe' : 'unsubscribe', tenant, user, topic };
+    }
+  }
+}
+
+/** A user id or token id: what a token's `sub` or `jti` may be. */
+function subject(v: unknown, name: 'user' | 'jti'): string {
+  if (typeof v !== 'string' || v.length === 0 || v.length > MAX_SUB_LENGTH || hasControlChar(v)) {
+    throw bad(`${name} must be a string of 1 to ${MAX_SUB_LENGTH} characters without control characters`);
+  }
+  return v;
+}
+
+function bad(message: string): Refused {
+  return new Refused(400, 'bad_request', message);
+}
+
+async function publish(deps: AdminDeps, req: IncomingMessage, obj: Record<string, unknown>, res: ServerResponse): Promise<void> {
   const tenant = obj.tenant ?? 'default';
-  if (typeof tenant !== 'string' || !TOPIC_PATTERN.test(tenant)) {
-    return json(res, 400, { reason: 'bad_request', message: 'tenant must match ^[A-Za-z0-9:_.\\-]{1,200}$' });
-  }
+  if (typeof tenant !== 'string' || !TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
   const r = decodeFrameObject({ ...obj, type: 'publish' });
-  if (!r.ok) return json(res, 400, { reason: 'bad_request', message: r.message });
-  if (r.frame.type !== 'publish') return json(res, 400, { reason: 'bad_request' });
+  if (!r.ok) throw bad(r.message ?? 'not a publish');
+  if (r.frame.type !== 'publish') throw bad('not a publish');
   const f = r.frame;
   // W3C Trace Context: the body's field, else the request's header (an invalid header is ignored, as the spec says).
   const header = req.headers.traceparent;
   const traceparent = f.traceparent ?? (typeof header === 'string' && TRACEPARENT_PATTERN.test(header) ? header : undefined);
   const result = await deps.publish({ tenant, topic: f.topic, dataJson: f.dataJson, cls: f.cls, key: f.key,
     idempotencyKey: f.idempotencyKey, traceparent });
-  if (!result.ok) return json(res, 503, { reason: result.reason });
+  if (!result.ok) {
+    throw new Refused(503, result.reason, result.reason === 'unavailable'
+      ? 'the event could not be published now (the store or a shard is unavailable); retry with the same idempotencyKey'
+      : 'the publish failed inside the gateway; see its log');
+  }
   const out: Record<string, unknown> = {};
   if (result.id !== undefined) out.id = result.id;
   if (result.duplicate) out.duplicate = true;
   return json(res, 200, out);
 }
 
-function json(res: ServerResponse, status: number, body: unknown): void {
+function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
   res.end(text);
+}
+
+/** The body as a JSON object, or the 400 or 413 that says why not. */
+async function readJson(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
+  let body: string | undefined;
+  try {
+    body = await readBody(req, limit);
+  } catch {
+    throw bad('request body could not be read');
+  }
+  if (body === undefined) throw new Refused(413, 'payload_too_large', `the body is above ${limit} bytes`);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(body);
+  } catch {
+    throw bad('body is not valid JSON');
+  }
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw bad('body must be a JSON object');
+  return raw as Record<string, unknown>;
 }
 
 /** Reads a body of at most `limit` bytes; undefined when it is larger. */

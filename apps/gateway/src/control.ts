@@ -1,5 +1,5 @@
 import type { MessagePort } from 'node:worker_threads';
-import type { PublishRequest, PublishResult, WindowHit, WindowState } from '@sluice/core';
+import type { ControlCommand, PublishRequest, PublishResult, WindowHit, WindowState } from '@sluice/core';
 import type { MetricsJson } from '@sluice/telemetry';
 
 /**
@@ -13,6 +13,8 @@ export type ToShardControl =
   | { readonly op: 'drain'; readonly close: number }
   | { readonly op: 'metrics'; readonly rid: number }
   | { readonly op: 'publish'; readonly rid: number; readonly req: PublishRequest }
+  /** An admin action (revoke, disconnect, subscribe, unsubscribe) for this shard's sockets. */
+  | { readonly op: 'control'; readonly rid: number; readonly cmd: ControlCommand }
   /** A (re)started peer shard: talk to it on this port from now on. */
   | { readonly op: 'peer'; readonly shard: number; readonly port: MessagePort }
   /** The node's memory window store answered a shard's settle. */
@@ -22,6 +24,8 @@ export type FromShardControl =
   | { readonly op: 'listening'; readonly port: number }
   | { readonly op: 'metrics'; readonly rid: number; readonly json: MetricsJson }
   | { readonly op: 'published'; readonly rid: number; readonly res: PublishResult }
+  /** How many sockets the control command reached here. */
+  | { readonly op: 'controlled'; readonly rid: number; readonly sockets: number }
   /** Limits: a batch of hits for the node's memory window store (embedded mode, or Redis unavailable). */
   | {
     readonly op: 'settle'; readonly rid: number; readonly hits: readonly WindowHit[]; readonly limit: number; readonly windowMs: number;

@@ -9,11 +9,12 @@ import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Piscina } from 'piscina';
-import { type Config, type DrainPace, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, PendingRequests, shareBudget,
+import { actionOf, type Config, type ControlCommand, type DrainPace, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, PendingRequests, shareBudget,
   type PublishRequest, type PublishResult, redactedConfig, type RequestTimers, topicKey } from '@sluice/core';
 import { counterFrom, endSpan, gaugeFrom, type Logger, type MetricsJson, registerProcessMetrics, registerThreadMetrics,
   Registry, SpanKind, startSpan, type Tracer, traceparentOf } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
+import { ControlPlane } from './control-plane.ts';
 import type { FromShardControl, ToShardControl } from './control.ts';
 import { freePort } from './free-port.ts';
 import { NodeMetrics } from './node-metrics.ts';
@@ -46,7 +47,7 @@ const TIMERS: RequestTimers = { set: (fn, ms) => setTimeout(fn, ms).unref(), cle
 class ShardLink {
   listening: ((port: number) => void) | undefined;
   /** Asks waiting for this shard's answer (metrics, admin publishes). */
-  readonly requests = new PendingRequests<MetricsJson | PublishResult | undefined>(TIMERS);
+  readonly requests = new PendingRequests<MetricsJson | PublishResult | number | undefined>(TIMERS);
   constructor(readonly port: MessagePort) {}
   send(m: ToShardControl, transfer: MessagePort[] = []): void {
     this.port.postMessage(m, transfer);
@@ -80,6 +81,8 @@ export class Coordinator {
   private redis: RedisWatch | undefined;
   /** The node's sliding windows for tenant and IP limits: the embedded store, and the fallback when Redis is down. */
   private readonly windows = new MemoryWindowStore();
+  /** Admin commands to every node, and the node's revocations. */
+  private control: ControlPlane | undefined;
 
   constructor(
     private readonly config: Config,
@@ -131,6 +134,8 @@ export class Coordinator {
       this.redis = new RedisWatch(cfg, this.shared, this.log);
       this.redis.registerMetrics(this.registry, this.shared);
     }
+    this.control = new ControlPlane(cfg, this.log, this.nodeId, (cmd, origin) => void this.carryOut(cmd, origin), this.redis?.client);
+    this.control.start();
     await Promise.all(Array.from({ length: cfg.workers }, (_, i) => this.startShard(i, this.publicPort)));
     this.admin = createAdminServer({
       config: cfg,
@@ -138,6 +143,7 @@ export class Coordinator {
       ready: () => this.shared.ready(cfg.workers, cfg.maxSockets),
       metrics: () => this.metrics(),
       publish: (req) => this.publish(req),
+      control: (cmd) => this.control!.send(cmd),
       drain: () => this.opts.onDrainRequest?.(),
     });
     const adminPort = await new Promise<number>((resolve, reject) => {
@@ -212,6 +218,7 @@ export class Coordinator {
     await new Promise<void>((resolve) => (this.admin ? this.admin.close(() => resolve()) : resolve()));
     this.admin?.closeAllConnections();
     await this.pool?.destroy();
+    this.control?.stop();
     this.redis?.disconnect();
     this.log.info({ durationMs: Date.now() - started, sockets }, 'stopped');
   }
@@ -256,6 +263,7 @@ export class Coordinator {
     const task: ShardTask = {
       shard, generation, nodeId: this.nodeId, config: this.config, shared: this.shared.buffer, control: port2, peers,
       listenPort, testHooks: this.opts.testHooks, uws: this.opts.uws.uws, corkInPlace: this.corkInPlace,
+      revocations: this.control?.revocations.list() ?? [],
     };
     let failedEarly: (err: unknown) => void = () => {};
     const early = new Promise<never>((_, reject) => (failedEarly = reject));
@@ -318,11 +326,33 @@ export class Coordinator {
       case 'published':
         link.requests.answer(m.rid, m.res);
         return;
+      case 'controlled':
+        link.requests.answer(m.rid, m.sockets);
+        return;
     }
   }
 
+  /**
+   * Carries an admin command out on every shard of this node, and logs one
+   * line with how many sockets it reached here (who asked is in the admin
+   * API's line on the node that took the request).
+   */
+  private async carryOut(cmd: ControlCommand, origin: string): Promise<void> {
+    const counts = await Promise.all([...this.links.values()].map((link) =>
+      this.ask<number>(link, (rid) => ({ op: 'control', rid, cmd }), 0, 5000)));
+    const sockets = counts.reduce((a, b) => a + b, 0);
+    if (cmd.op === 'revocations' && sockets === 0) return;
+    const what = cmd.op === 'revoke' ? (cmd.revocation.kind === 'user' ? { tenant: cmd.revocation.tenant, user: cmd.revocation.user }
+      : { tenant: cmd.revocation.tenant, jti: cmd.revocation.jti })
+      : cmd.op === 'disconnect' ? { ...cmd.target, reconnect: cmd.retry }
+      : cmd.op === 'revocations' ? { revocations: cmd.list.length }
+      : { tenant: cmd.tenant, user: cmd.user, topic: cmd.topic };
+    this.log.info({ action: actionOf(cmd), ...what, sockets, origin: origin === this.nodeId ? 'this node' : origin },
+      'admin action carried out on this node');
+  }
+
   /** Asks a shard and waits for its answer, or for `fallback` after `ms` or when the shard goes away. */
-  private ask<T extends MetricsJson | PublishResult | undefined>(link: ShardLink, make: (rid: number) => ToShardControl, fallback: T,
+  private ask<T extends MetricsJson | PublishResult | number | undefined>(link: ShardLink, make: (rid: number) => ToShardControl, fallback: T,
     ms: number): Promise<T> {
     return link.requests.request<T>((rid) => link.send(make(rid)), { timeoutMs: ms, fail: { value: fallback } });
   }
@@ -360,6 +390,11 @@ export class Coordinator {
     registerProcessMetrics(r);
     gaugeFrom(r, 'sluice_build_info', 'Always 1: the gateway\'s version, the Node it runs on and the uWebSockets.js build it loaded, as labels.',
       () => 1, 'max', { version: GATEWAY_VERSION, node: this.opts.uws.node, uws: this.opts.uws.uws });
+    counterFrom(r, 'sluice_revocations_applied_total', 'Revocations this node learned (its admin API, another node, or a reload from redis).',
+      undefined, () => this.control?.applied ?? 0);
+    gaugeFrom(r, 'sluice_revocations', 'Revocations in force that this node holds in memory.', () => this.control?.revocations.size ?? 0, 'max');
+    counterFrom(r, 'sluice_control_commands_received_total', 'Admin commands from other nodes carried out here (cluster mode).', undefined,
+      () => this.control?.received ?? 0);
     counterFrom(r, 'sluice_shard_restarts_total', 'Shard threads restarted after a crash.', undefined, () => this.restarts);
     gaugeFrom(r, 'sluice_draining', '1 while the node drains, else 0.', () => (this.draining ? 1 : 0), 'max');
     gaugeFrom(r, 'sluice_drain_elapsed_seconds', 'Seconds since the drain in progress began; 0 when none.',

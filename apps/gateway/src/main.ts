@@ -61,8 +61,10 @@ async function main(): Promise<void> {
   if (config.auth === 'none') {
     log.warn('WS_AUTH=none: every client is user "anonymous" of tenant "default" and may join and publish anywhere; ' +
       'set WS_AUTH=jwt for anything reachable from outside');
-  } else if (config.adminToken === undefined) {
-    log.warn('ADMIN_TOKEN is unset: POST /v1/publish on the admin port is open to anyone who reaches it');
+  }
+  if (config.adminToken === undefined) {
+    log.warn(`ADMIN_TOKEN is unset: the admin API (publish, revoke, disconnect, subscribe, drain) is open to anyone who reaches ${
+      config.adminHost}:${config.adminPort}${config.auth === 'jwt' ? ' (ADMIN_INSECURE=1)' : ''}`);
   }
   /** Exits 0 once the coordinator has stopped, 1 if stopping failed. */
   const exitAfter = (what: string, done: Promise<void>): void => {

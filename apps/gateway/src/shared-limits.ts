@@ -63,6 +63,9 @@ class Window {
 
 export class SharedLimits {
   private readonly tenant: Window;
+  /** WS_USER_MSG_LIMIT and WS_TENANT_CONNECT_LIMIT: null when off (0). */
+  private readonly user: Window | null;
+  private readonly tenantConnect: Window | null;
   private readonly ipLimit: number;
   private readonly ipWindowMs: number;
   private readonly redis: (WindowStore & { readonly commands: number }) | undefined;
@@ -83,6 +86,8 @@ export class SharedLimits {
     health?: RedisHealth,
   ) {
     this.tenant = new Window(cfg.tenantMsgLimit, cfg.tenantWindowMs, this);
+    this.user = cfg.userMsgLimit === 0 ? null : new Window(cfg.userMsgLimit, cfg.userWindowMs, this);
+    this.tenantConnect = cfg.tenantConnectLimit === 0 ? null : new Window(cfg.tenantConnectLimit, cfg.tenantConnectWindowMs, this);
     this.ipLimit = cfg.ipConnectLimit;
     this.ipWindowMs = cfg.ipWindowMs;
     this.redis = client === undefined ? undefined : new RedisWindowStore(client);
@@ -91,7 +96,12 @@ export class SharedLimits {
 
   /** Settles due batches every few ms; cheap when nothing is pending. */
   start(): void {
-    this.timer = setInterval(() => this.tenant.tick(Date.now()), TICK_MS);
+    this.timer = setInterval(() => {
+      const now = Date.now();
+      this.tenant.tick(now);
+      this.user?.tick(now);
+      this.tenantConnect?.tick(now);
+    }, TICK_MS);
     this.timer.unref();
   }
 
@@ -106,6 +116,21 @@ export class SharedLimits {
    */
   publish(windowKey: string, now: number): number {
     return this.tenant.limiter.hit(windowKey, now);
+  }
+
+  /** A publish under a user's window key (`userWindowKey`, made at the upgrade); 0 while WS_USER_MSG_LIMIT is off. */
+  userPublish(windowKey: string, now: number): number {
+    return this.user === null ? 0 : this.user.limiter.hit(windowKey, now);
+  }
+
+  /**
+   * An upgrade with a valid token of `tenant` (`tenantConnectWindowKey`):
+   * 0 when it may go on, else the ms to wait. Decided on the spot from this
+   * shard's allowance and settled in batches like the publish windows, so an
+   * upgrade waits on no store for it.
+   */
+  tenantUpgrade(windowKey: string, now: number): number {
+    return this.tenantConnect === null ? 0 : this.tenantConnect.limiter.hit(windowKey, now);
   }
 
   /**

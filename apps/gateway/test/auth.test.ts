@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SignJWT } from 'jose';
 import WebSocket from 'ws';
-import { Client, eventually, type Gateway, metricValue, rawUpgrade, runUntilExit, startGateway } from './harness.ts';
+import { Client, eventually, type Gateway, metricValue, rawUpgrade, runUntilExit, startGateway, TEST_ADMIN_TOKEN } from './harness.ts';
 
 const SECRET = 'test-secret-of-at-least-thirty-two-characters';
 const enc = new TextEncoder();
@@ -128,7 +128,7 @@ describe('WS_AUTH=jwt with HS256', () => {
     for (const c of [a1, a2, b1]) assert.equal((await c.request({ type: 'join', topic: 'room:x' })).status, 'ok');
     const fromA = await a1.request({ type: 'publish', topic: 'room:x', data: 'acme-1' });
     const fromB = await b1.request({ type: 'publish', topic: 'room:x', data: 'globex-1' });
-    const admin = await fetch(gw.admin('/v1/publish'), { method: 'POST', body: '{"tenant":"acme","topic":"room:x","data":"acme-admin"}' });
+    const admin = await gw.adminPost('/v1/publish', '{"tenant":"acme","topic":"room:x","data":"acme-admin"}');
     assert.equal(admin.status, 200);
     await a2.next((f) => f.type === 'event' && f.data === 'acme-admin');
     await b1.next((f) => f.type === 'event' && f.data === 'globex-1');
@@ -191,7 +191,7 @@ describe('WS_AUTH=jwt with a public key file', () => {
     writeFileSync(ed, generateKeyPairSync('ed25519').publicKey.export({ type: 'spki', format: 'pem' }));
     for (const [file, accepts] of [[join(dir, 'nope.pem'), /cannot read it \(ENOENT\)/], [garbage, /expected a PEM public key/],
       [ed, /expected an RSA \(RS256\) or EC P-256 \(ES256\) public key, got ed25519/]] as const) {
-      const r = await runUntilExit({ WS_AUTH: 'jwt', WS_JWT_PUBLIC_KEY_FILE: file });
+      const r = await runUntilExit({ WS_AUTH: 'jwt', WS_JWT_PUBLIC_KEY_FILE: file, ADMIN_TOKEN: 'admin-token' });
       assert.equal(r.code, 2, r.stderr);
       assert.match(r.stderr, /WS_JWT_PUBLIC_KEY_FILE=/);
       assert.match(r.stderr, accepts);
@@ -199,6 +199,40 @@ describe('WS_AUTH=jwt with a public key file', () => {
     const none = await runUntilExit({ WS_AUTH: 'jwt' });
     assert.equal(none.code, 2);
     assert.match(none.stderr, /WS_JWT_SECRET="": expected a key for WS_AUTH=jwt/);
+  });
+});
+
+describe('the admin API is safe by default', () => {
+  test('WS_AUTH=jwt without ADMIN_TOKEN stops the start, naming ADMIN_TOKEN and ADMIN_INSECURE', async () => {
+    const r = await runUntilExit({ WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET });
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, /Invalid configuration \(1 problem\)/);
+    assert.match(r.stderr, /ADMIN_TOKEN="": expected a token for the admin API with WS_AUTH=jwt \(or ADMIN_INSECURE=1/);
+  });
+
+  test('with ADMIN_INSECURE=1 it starts, says so, and its admin API is open', async () => {
+    const gw = await startGateway({ WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET, ADMIN_TOKEN: '', ADMIN_INSECURE: '1', WS_WORKERS: '1' });
+    assert.ok(gw.logs.some((l) => l.level === 'warn' && String(l.msg).startsWith('ADMIN_TOKEN is unset')),
+      'the start warns that the admin API is open');
+    const res = await fetch(gw.admin('/v1/publish'), { method: 'POST', body: '{"topic":"t","data":1}' });
+    assert.equal(res.status, 200);
+    await gw.stop();
+  });
+
+  test('with ADMIN_TOKEN every route but health and metrics needs it; errors are {reason, message}', async () => {
+    const gw = await startGateway({ WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET, WS_WORKERS: '1' });
+    for (const path of ['/health/live', '/health/ready', '/metrics']) assert.equal((await fetch(gw.admin(path))).status, 200, path);
+    for (const path of ['/v1/publish', '/v1/revoke', '/v1/disconnect', '/v1/subscribe', '/v1/unsubscribe', '/admin/drain']) {
+      for (const authorization of [undefined, 'Bearer wrong', `Bearer ${TEST_ADMIN_TOKEN}x`, TEST_ADMIN_TOKEN]) {
+        const res = await fetch(gw.admin(path), { method: 'POST', body: '{}', headers: authorization === undefined ? {} : { authorization } });
+        assert.equal(res.status, 401, `${path} with ${authorization}`);
+        const body = (await res.json()) as Record<string, unknown>;
+        assert.equal(body.reason, 'unauthorized');
+        assert.equal(typeof body.message, 'string');
+      }
+    }
+    assert.ok(gw.alive, 'a drain was not started by a caller without the token');
+    await gw.stop();
   });
 });
 
@@ -256,7 +290,7 @@ describe('WS_AUTH=none', () => {
     const c = await Client.connect(gw.url());
     assert.equal((await c.request({ type: 'join', topic: 'any' })).status, 'ok');
     assert.equal((await c.request({ type: 'publish', topic: 'any', data: 1 })).status, 'ok');
-    const admin = await fetch(gw.admin('/v1/publish'), { method: 'POST', body: '{"topic":"any","data":2}' });
+    const admin = await gw.adminPost('/v1/publish', '{"topic":"any","data":2}');
     assert.equal(admin.status, 200, 'no tenant in the body is tenant default');
     await c.next((f) => f.type === 'event' && f.data === 1);
     await c.next((f) => f.type === 'event' && f.data === 2);

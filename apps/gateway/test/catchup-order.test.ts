@@ -81,7 +81,7 @@ after(async () => {
 });
 
 const publish = async (gw: Gateway, data: unknown): Promise<string> => {
-  const res = await fetch(gw.admin('/v1/publish'), { method: 'POST', body: JSON.stringify({ topic: 'catchup:order', data }) });
+  const res = await gw.adminPost('/v1/publish', { topic: 'catchup:order', data });
   assert.equal(res.status, 200, await res.clone().text());
   return ((await res.json()) as { id: string }).id;
 };

@@ -7,7 +7,7 @@ import { UWS_BUILDS } from '@sluice/uws';
 import { Client, type Gateway } from '../src/testing/index.ts';
 
 export {
-  Client, eventually, metricTypes, metricValue, parseMetrics, rawUpgrade, running, runUntilExit, seriesValue, startGateway,
+  Client, eventually, metricTypes, metricValue, parseMetrics, rawUpgrade, running, runUntilExit, seriesValue, startGateway, TEST_ADMIN_TOKEN,
   type Frame, type Gateway, type RawResponse, type StartOptions,
 } from '../src/testing/index.ts';
 

@@ -95,7 +95,7 @@ test('drain gauges: elapsed since the drain began against what the configuration
   assert.equal(await metricValue(gw, 'sluice_drain_expected_seconds'), 0);
   assert.equal(await metricValue(gw, 'sluice_drain_elapsed_seconds'), 0);
   assert.equal(await metricValue(gw, 'sluice_drain_max_seconds'), 20);
-  assert.equal((await fetch(gw.admin('/admin/drain'), { method: 'POST' })).status, 202);
+  assert.equal((await gw.adminFetch('/admin/drain', { method: 'POST' })).status, 202);
   await eventually(async () => (await metricValue(gw, 'sluice_draining')) === 1);
   assert.equal(await metricValue(gw, 'sluice_drain_expected_seconds'), 3 + 10 / 500);
   await eventually(async () => (await metricValue(gw, 'sluice_drain_elapsed_seconds')) > 0.1);

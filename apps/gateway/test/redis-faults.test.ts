@@ -109,7 +109,7 @@ test('cluster mode: while a crashed shard restarts, joins of the topics its mesh
   const ack = await b!.request({ type: 'publish', topic, data: 'via redis' });
   assert.equal(ack.status, 'ok');
   assert.equal((await b!.next((f) => f.type === 'event' && f.topic === topic)).data, 'via redis');
-  const admin = await fetch(node.admin('/v1/publish'), { method: 'POST', body: JSON.stringify({ topic, data: 'admin' }) });
+  const admin = await node.adminPost('/v1/publish', { topic, data: 'admin' });
   assert.equal(admin.status, 200);
   await b!.next((f) => f.type === 'event' && f.data === 'admin');
   b!.close();

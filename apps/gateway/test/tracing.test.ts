@@ -186,9 +186,9 @@ describe('spans of one node (two shards, WS_AUTH=jwt)', () => {
     assert.equal((await sub!.request({ type: 'join', topic: 'room:s' })).status, 'ok');
     const traceId = hex(16);
     const parent = hex(8);
-    const res = await fetch(gw.admin('/v1/publish'), {
+    const res = await gw.adminFetch('/v1/publish', {
       method: 'POST', headers: { traceparent: traceparent(traceId, parent), 'content-type': 'application/json' },
-      body: JSON.stringify({ tenant: 'acme', topic: 'room:s', data: { from: 'server' } }),
+      body: { tenant: 'acme', topic: 'room:s', data: { from: 'server' } },
     });
     assert.equal(res.status, 200);
     const ev: Frame = await sub!.next((f) => f.type === 'event');

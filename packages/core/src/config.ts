@@ -40,6 +40,15 @@ export interface Config {
   readonly tenantWindowMs: number;
   readonly ipConnectLimit: number;
   readonly ipWindowMs: number;
+  /** 0 = off. */
+  readonly userMsgLimit: number;
+  readonly userWindowMs: number;
+  /** 0 = off. */
+  readonly tenantConnectLimit: number;
+  readonly tenantConnectWindowMs: number;
+  /** 0 = off. */
+  readonly maxUserSockets: number;
+  readonly revocationTtlMs: number;
   /** Unset: embedded mode. One URL, or with redisCluster a comma-separated list of seed nodes. */
   readonly redisUrl: string | undefined;
   readonly redisCluster: boolean;
@@ -53,6 +62,7 @@ export interface Config {
   readonly trustProxy: number;
   readonly maxHeaderBytes: number;
   readonly adminToken: string | undefined;
+  readonly adminInsecure: boolean;
   readonly logLevel: LogLevel;
   /** WS_TRACING_MODULE: a module every thread imports to register an OpenTelemetry SDK; unset = no spans. */
   readonly tracingModule: string | undefined;
@@ -72,7 +82,7 @@ export const CONFIG_SECTIONS = [
   'Outbound backpressure',
   'Draining',
   'History and idempotency',
-  'Tenant and IP limits',
+  'Tenant, user and IP limits',
   'Redis',
   'Identity and upgrades',
   'Admin and observability',
@@ -337,25 +347,52 @@ const schema = [
 
   // Tenant and IP limits
   v({
-    name: 'WS_TENANT_MSG_LIMIT', key: 'tenantMsgLimit', section: 'Tenant and IP limits',
+    name: 'WS_TENANT_MSG_LIMIT', key: 'tenantMsgLimit', section: 'Tenant, user and IP limits',
     type: int(1, 1_000_000_000, 'publishes per window'), default: 1000,
     doc: 'Publishes one tenant may make per `WS_TENANT_WINDOW_MS`, summed over every socket and node (sliding window); ' +
       'above it publishes get `tenant_rate_limited` with `retryAfterMs`.',
   }),
   v({
-    name: 'WS_TENANT_WINDOW_MS', key: 'tenantWindowMs', section: 'Tenant and IP limits',
+    name: 'WS_TENANT_WINDOW_MS', key: 'tenantWindowMs', section: 'Tenant, user and IP limits',
     type: int(100, 86_400_000, 'ms'), default: 1000,
     doc: 'Sliding window for `WS_TENANT_MSG_LIMIT`.',
   }),
   v({
-    name: 'WS_IP_CONNECT_LIMIT', key: 'ipConnectLimit', section: 'Tenant and IP limits',
+    name: 'WS_IP_CONNECT_LIMIT', key: 'ipConnectLimit', section: 'Tenant, user and IP limits',
     type: int(1, 1_000_000_000, 'upgrade attempts per window'), default: 60,
     doc: 'Upgrade attempts one client address may make per `WS_IP_WINDOW_MS`, over every node (sliding window); above it upgrades get 429.',
   }),
   v({
-    name: 'WS_IP_WINDOW_MS', key: 'ipWindowMs', section: 'Tenant and IP limits',
+    name: 'WS_IP_WINDOW_MS', key: 'ipWindowMs', section: 'Tenant, user and IP limits',
     type: int(100, 86_400_000, 'ms'), default: 60_000,
     doc: 'Sliding window for `WS_IP_CONNECT_LIMIT`.',
+  }),
+  v({
+    name: 'WS_USER_MSG_LIMIT', key: 'userMsgLimit', section: 'Tenant, user and IP limits',
+    type: int(0, 1_000_000_000, 'publishes per window; 0 = off'), default: 0,
+    doc: 'Publishes one user (a token\'s `sub`, per tenant) may make per `WS_USER_WINDOW_MS`, summed over every socket of the user ' +
+      'on every node (sliding window); above it publishes get `user_rate_limited` with `retryAfterMs`, which is not a strike.',
+  }),
+  v({
+    name: 'WS_USER_WINDOW_MS', key: 'userWindowMs', section: 'Tenant, user and IP limits',
+    type: int(100, 86_400_000, 'ms'), default: 1000,
+    doc: 'Sliding window for `WS_USER_MSG_LIMIT`.',
+  }),
+  v({
+    name: 'WS_TENANT_CONNECT_LIMIT', key: 'tenantConnectLimit', section: 'Tenant, user and IP limits',
+    type: int(0, 1_000_000_000, 'upgrade attempts per window; 0 = off'), default: 0,
+    doc: 'Upgrade attempts with a valid token one tenant may make per `WS_TENANT_CONNECT_WINDOW_MS`, over every node (sliding window); ' +
+      'above it upgrades get 429 `tenant_rate_limited` with `retryAfterMs` and `Retry-After`.',
+  }),
+  v({
+    name: 'WS_TENANT_CONNECT_WINDOW_MS', key: 'tenantConnectWindowMs', section: 'Tenant, user and IP limits',
+    type: int(100, 86_400_000, 'ms'), default: 1000,
+    doc: 'Sliding window for `WS_TENANT_CONNECT_LIMIT`.',
+  }),
+  v({
+    name: 'WS_MAX_USER_SOCKETS', key: 'maxUserSockets', section: 'Tenant, user and IP limits',
+    type: int(0, 1_000_000, 'sockets; 0 = off'), default: 0,
+    doc: 'Open sockets one user may hold across the cluster; the upgrade of one more gets 429 `too_many_sockets`.',
   }),
 
   // Redis
@@ -414,12 +451,26 @@ const schema = [
     type: int(1024, 65_536, 'bytes'), default: 8192,
     doc: 'Upgrade requests whose URL and headers together are larger get 431.',
   }),
+  v({
+    name: 'WS_REVOCATION_TTL_MS', key: 'revocationTtlMs', section: 'Identity and upgrades',
+    type: int(1000, 31_536_000_000, 'ms'), default: 86_400_000,
+    doc: 'How long a revocation (`POST /v1/revoke`) is kept: set it to at least the longest token lifetime, ' +
+      'or a revoked token becomes usable again once its revocation is forgotten.',
+  }),
 
   // Admin and observability
   v({
     name: 'ADMIN_TOKEN', key: 'adminToken', section: 'Admin and observability',
     type: secretToken(), default: undefined, defaultDoc: 'unset', secret: true,
-    doc: 'When set, `POST /v1/publish` requires `Authorization: Bearer <token>`; when unset it is open to anyone who reaches the admin port.',
+    doc: 'Every admin endpoint but `/health/*` and `/metrics` requires `Authorization: Bearer <token>`. ' +
+      'With `WS_AUTH=jwt` the start is refused without it unless `ADMIN_INSECURE=1`; with `WS_AUTH=none` and no token the admin API ' +
+      'is open to anyone who reaches the admin port, and the start logs a warning.',
+  }),
+  v({
+    name: 'ADMIN_INSECURE', key: 'adminInsecure', section: 'Admin and observability',
+    type: bool(), default: false,
+    doc: 'Says that the admin port is reachable only by trusted callers: with `WS_AUTH=jwt` and no `ADMIN_TOKEN` the gateway starts, ' +
+      'its admin API open, with a warning.',
   }),
   v({
     name: 'LOG_LEVEL', key: 'logLevel', section: 'Admin and observability',
@@ -515,6 +566,11 @@ export function loadConfig(
   }
 
   problems.push(...authProblems(env, values, invalid));
+  if (values.auth === 'jwt' && values.adminToken === undefined && values.adminInsecure !== true &&
+    !invalid.has('ADMIN_TOKEN') && !invalid.has('ADMIN_INSECURE')) {
+    problems.push({ name: 'ADMIN_TOKEN', value: '', accepts: 'a token for the admin API with WS_AUTH=jwt ' +
+      '(or ADMIN_INSECURE=1 when only trusted callers reach ADMIN_PORT)' });
+  }
   if (!invalid.has('REDIS_URL') && !invalid.has('REDIS_CLUSTER')) {
     if (values.redisCluster === true && values.redisUrl === undefined) {
       problems.push({ name: 'REDIS_URL', value: '', accepts: 'the seed nodes of the Redis Cluster (REDIS_CLUSTER=1 is set)' });

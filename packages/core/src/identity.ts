@@ -22,7 +22,8 @@ export const DEFAULT_TENANT = 'default';
 export const ANONYMOUS_USER = 'anonymous';
 /** More patterns than this in one claim is refused rather than scanned on every frame. */
 export const MAX_RIGHTS_PATTERNS = 1000;
-const MAX_SUB_LENGTH = 256;
+/** The longest `sub` (user id) and `jti` a token may carry, and an admin request may name. */
+export const MAX_SUB_LENGTH = 256;
 
 /** Whether `s` holds a C0 control character or DEL. */
 export function hasControlChar(s: string): boolean {
@@ -67,11 +68,16 @@ export interface Identity {
   readonly publish: Rights;
   /** The token's `exp` in ms since the epoch; Infinity when there is no token. */
   readonly expiresAt: number;
+  /** The token's `iat` in ms; -Infinity without one (a revocation of the user then always holds it). */
+  readonly issuedAt: number;
+  /** The token's `jti`, by which `POST /v1/revoke` can revoke it alone. */
+  readonly jti: string | undefined;
 }
 
 /** WS_AUTH=none: everyone is `anonymous` of tenant `default` and may join and publish anywhere. */
 export const ANONYMOUS: Identity = Object.freeze({
-  user: ANONYMOUS_USER, tenant: DEFAULT_TENANT, join: ALL_RIGHTS, publish: ALL_RIGHTS, expiresAt: Infinity,
+  user: ANONYMOUS_USER, tenant: DEFAULT_TENANT, join: ALL_RIGHTS, publish: ALL_RIGHTS, expiresAt: Infinity, issuedAt: -Infinity,
+  jti: undefined,
 });
 
 export type ClaimsResult = { readonly ok: true; readonly identity: Identity } | { readonly ok: false; readonly message: string };
@@ -83,7 +89,7 @@ export type ClaimsResult = { readonly ok: true; readonly identity: Identity } | 
  * `publish` lists of topic patterns (default: none), `exp` a number.
  */
 export function identityFromClaims(claims: Readonly<Record<string, unknown>>): ClaimsResult {
-  const { sub, tenant = DEFAULT_TENANT, topics = [], publish = [], exp } = claims;
+  const { sub, tenant = DEFAULT_TENANT, topics = [], publish = [], exp, iat, jti } = claims;
   if (typeof sub !== 'string' || sub.length === 0 || sub.length > MAX_SUB_LENGTH || hasControlChar(sub)) {
     return { ok: false, message: `sub must be a string of 1 to ${MAX_SUB_LENGTH} characters without control characters` };
   }
@@ -91,11 +97,21 @@ export function identityFromClaims(claims: Readonly<Record<string, unknown>>): C
     return { ok: false, message: 'tenant must match ^[A-Za-z0-9:_.\\-]{1,200}$' };
   }
   if (typeof exp !== 'number' || !Number.isFinite(exp)) return { ok: false, message: 'exp must be a number (seconds since the epoch)' };
+  if (iat !== undefined && (typeof iat !== 'number' || !Number.isFinite(iat))) {
+    return { ok: false, message: 'iat must be a number (seconds since the epoch)' };
+  }
+  if (jti !== undefined && (typeof jti !== 'string' || jti.length === 0 || jti.length > MAX_SUB_LENGTH || hasControlChar(jti))) {
+    return { ok: false, message: `jti must be a string of 1 to ${MAX_SUB_LENGTH} characters without control characters` };
+  }
   const join = rightsClaim(topics, 'topics');
   if (typeof join === 'string') return { ok: false, message: join };
   const pub = rightsClaim(publish, 'publish');
   if (typeof pub === 'string') return { ok: false, message: pub };
-  return { ok: true, identity: Object.freeze({ user: sub, tenant, join, publish: pub, expiresAt: exp * 1000 }) };
+  return {
+    ok: true,
+    identity: Object.freeze({ user: sub, tenant, join, publish: pub, expiresAt: exp * 1000, issuedAt: iat === undefined ? -Infinity : iat * 1000,
+      jti }),
+  };
 }
 
 function rightsClaim(value: unknown, name: string): Rights | string {

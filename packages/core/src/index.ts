@@ -16,3 +16,4 @@ export * from './local-limiter.ts';
 export * from './guard.ts';
 export * from './handshake.ts';
 export * from './socket-options.ts';
+export * from './control.ts';

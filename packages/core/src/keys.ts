@@ -160,15 +160,14 @@ export function userSocketsKey(tenant: string, user: string): string {
   return `${REDIS_PREFIX}us:${userTag(tenant, user)}`;
 }
 
-/** Revocation of every token of a user issued at or before a time (the value, ms), for WS_REVOCATION_TTL_MS. */
-export function revokedUserKey(tenant: string, user: string): string {
-  return `${REDIS_PREFIX}rv:u:${userTag(tenant, user)}`;
-}
-
-/** Revocation of one token by its `jti`, for WS_REVOCATION_TTL_MS. */
-export function revokedTokenKey(tenant: string, jti: string): string {
-  return `${REDIS_PREFIX}rv:j:${tenant.length}:${tenant}:${jti}`;
-}
+/**
+ * Every revocation in force, cluster-wide: one sorted set whose members are
+ * the revocations (`encodeRevocation`, JSON) and whose scores are their
+ * expiries (ms). One key, so that a node that starts, or finds Redis again,
+ * reads them all with one ZRANGEBYSCORE and drops the expired ones with one
+ * ZREMRANGEBYSCORE (with Cluster it lives in one slot, like any key).
+ */
+export const REVOCATIONS_KEY = `${REDIS_PREFIX}rv`;
 
 /**
  * The cluster's control channel: revocations, disconnects and server-side

@@ -75,6 +75,12 @@ test('an empty env gives the documented defaults and no warnings', () => {
     tenantWindowMs: 1000,
     ipConnectLimit: 60,
     ipWindowMs: 60000,
+    userMsgLimit: 0,
+    userWindowMs: 1000,
+    tenantConnectLimit: 0,
+    tenantConnectWindowMs: 1000,
+    maxUserSockets: 0,
+    revocationTtlMs: 86400000,
     redisUrl: undefined,
     redisCluster: false,
     auth: 'none',
@@ -86,6 +92,7 @@ test('an empty env gives the documented defaults and no warnings', () => {
     trustProxy: 0,
     maxHeaderBytes: 8192,
     adminToken: undefined,
+    adminInsecure: false,
     logLevel: 'info',
     tracingModule: undefined,
   };
@@ -125,7 +132,7 @@ test('each variable reports a bad value with its name, its value and what it acc
     const bad = FREE_TEXT.has(spec.name) ? 'bad\x01value' : 'bad value';
     // WS_AUTH=jwt with a secret, so that the JWT variables are in context.
     const context = spec.name.startsWith('WS_JWT_') || spec.name === 'WS_AUTH'
-      ? { WS_AUTH: 'jwt', WS_JWT_SECRET: 'x'.repeat(32) } : {};
+      ? { WS_AUTH: 'jwt', WS_JWT_SECRET: 'x'.repeat(32), ADMIN_TOKEN: 'admin' } : {};
     const env = { ...context, [spec.name]: bad };
     const message = errorOf(env).message;
     const problems = problemsOf(env);
@@ -301,19 +308,33 @@ test('docs/configuration.md is generated from the schema', () => {
 
 test('WS_AUTH=jwt needs exactly one key, and JWT settings without WS_AUTH=jwt stop the start', () => {
   const secret = 's'.repeat(32);
-  const ok = loadConfig({ WS_AUTH: 'jwt', WS_JWT_SECRET: secret, WS_JWT_ISSUER: 'https://issuer', WS_JWT_AUDIENCE: 'sluice' }, host).config;
+  const admin = { ADMIN_TOKEN: 'admin-token' };
+  const ok = loadConfig({ WS_AUTH: 'jwt', WS_JWT_SECRET: secret, WS_JWT_ISSUER: 'https://issuer', WS_JWT_AUDIENCE: 'sluice', ...admin }, host).config;
   assert.equal(ok.auth, 'jwt');
   assert.equal(ok.jwtSecret, secret);
-  assert.equal(loadConfig({ WS_AUTH: 'jwt', WS_JWT_PUBLIC_KEY_FILE: '/keys/jwt.pem' }, host).config.jwtPublicKeyFile, '/keys/jwt.pem');
+  assert.equal(loadConfig({ WS_AUTH: 'jwt', WS_JWT_PUBLIC_KEY_FILE: '/keys/jwt.pem', ...admin }, host).config.jwtPublicKeyFile, '/keys/jwt.pem');
 
-  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt' }).map((p) => p.name), ['WS_JWT_SECRET']);
-  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt', WS_JWT_SECRET: secret, WS_JWT_PUBLIC_KEY_FILE: '/k.pem' }).map((p) => p.name),
+  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt', ...admin }).map((p) => p.name), ['WS_JWT_SECRET']);
+  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt', WS_JWT_SECRET: secret, WS_JWT_PUBLIC_KEY_FILE: '/k.pem', ...admin }).map((p) => p.name),
     ['WS_JWT_PUBLIC_KEY_FILE']);
   const open = problemsOf({ WS_JWT_SECRET: secret, WS_JWT_AUDIENCE: 'sluice' });
   assert.deepEqual(open.map((p) => p.name), ['WS_JWT_SECRET', 'WS_JWT_AUDIENCE']);
   assert.equal(open[0]!.value, '[redacted]', 'the secret is not echoed');
   assert.match(open[0]!.accepts, /unless WS_AUTH=jwt/);
-  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt', WS_JWT_SECRET: 'short' }).map((p) => p.name), ['WS_JWT_SECRET']);
+  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt', WS_JWT_SECRET: 'short', ...admin }).map((p) => p.name), ['WS_JWT_SECRET']);
+});
+
+test('WS_AUTH=jwt needs ADMIN_TOKEN unless ADMIN_INSECURE=1; WS_AUTH=none does not', () => {
+  const secret = 's'.repeat(32);
+  const missing = problemsOf({ WS_AUTH: 'jwt', WS_JWT_SECRET: secret });
+  assert.deepEqual(missing.map((p) => p.name), ['ADMIN_TOKEN']);
+  assert.match(missing[0]!.accepts, /ADMIN_INSECURE=1/);
+  // Every problem in one message: a missing key and a missing admin token together.
+  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt' }).map((p) => p.name), ['WS_JWT_SECRET', 'ADMIN_TOKEN']);
+  assert.equal(loadConfig({ WS_AUTH: 'jwt', WS_JWT_SECRET: secret, ADMIN_INSECURE: '1' }, host).config.adminInsecure, true);
+  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt', WS_JWT_SECRET: secret, ADMIN_INSECURE: '0' }).map((p) => p.name), ['ADMIN_TOKEN']);
+  assert.deepEqual(problemsOf({ WS_AUTH: 'jwt', WS_JWT_SECRET: secret, ADMIN_INSECURE: 'maybe' }).map((p) => p.name), ['ADMIN_INSECURE']);
+  assert.equal(loadConfig({}, host).config.adminToken, undefined, 'WS_AUTH=none starts without a token (and warns)');
 });
 
 test('WS_ALLOWED_ORIGINS takes a list of origins and refuses anything else', () => {

@@ -3,10 +3,11 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { TOPIC_PATTERN } from '@sluice/protocol';
 import {
-  hashTagOf, idempotencyRedisKey, ipWindowKey, presenceChannel, presenceKey, revokedTokenKey, revokedUserKey, tagSafe,
+  hashTagOf, idempotencyRedisKey, ipWindowKey, presenceChannel, presenceKey, tagSafe,
   tenantConnectWindowKey, tenantWindowKey, topicChannel, topicKey, topicOfChannel, topicRedisKeys, userChannel, userKey,
   userSocketsKey, userWindowKey, windowRedisKey, WINDOW_PREFIX,
 } from '../src/keys.ts';
+import { decodeRevocation, encodeRevocation, type Revocation } from '../src/control.ts';
 
 /** Tenants and topics as the protocol admits them. */
 const name = fc.stringMatching(/^[A-Za-z0-9:_.-]{1,12}$/);
@@ -101,14 +102,16 @@ describe('keys: properties', () => {
     fc.assert(fc.property(name, free, name, free, (t1, u1, t2, u2) => {
       const tag = hashTagOf(userChannel(t1, u1));
       assert.equal(tag, hashTagOf(userSocketsKey(t1, u1)));
-      assert.equal(tag, hashTagOf(revokedUserKey(t1, u1)));
       assert.equal(tag === hashTagOf(userChannel(t2, u2)), t1 === t2 && u1 === u2);
     }));
   });
 
-  test('revocation keys of different (tenant, token) never collide', () => {
-    fc.assert(fc.property(name, free, name, free, (t1, j1, t2, j2) => {
-      assert.equal(revokedTokenKey(t1, j1) === revokedTokenKey(t2, j2), t1 === t2 && j1 === j2);
+  test('revocation members of different (tenant, user) or (tenant, token) never collide, and decode back', () => {
+    fc.assert(fc.property(name, free, name, free, fc.boolean(), (t1, s1, t2, s2, byUser) => {
+      const a: Revocation = byUser ? { kind: 'user', tenant: t1, user: s1, at: 5, expiresAt: 9 } : { kind: 'token', tenant: t1, jti: s1, expiresAt: 9 };
+      const b: Revocation = byUser ? { kind: 'user', tenant: t2, user: s2, at: 5, expiresAt: 9 } : { kind: 'token', tenant: t2, jti: s2, expiresAt: 9 };
+      assert.equal(encodeRevocation(a) === encodeRevocation(b), t1 === t2 && s1 === s2);
+      assert.deepEqual(decodeRevocation(encodeRevocation(a), 9), a);
     }));
   });
 });

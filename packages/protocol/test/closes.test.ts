@@ -1,6 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CloseCode, closeSpecs, encodeCloseReason, MAX_CLOSE_REASON_BYTES } from '../src/closes.ts';
+import { CloseCode, closeCodeOf, closeSpecs, encodeCloseReason, MAX_CLOSE_REASON_BYTES } from '../src/closes.ts';
 import type { CloseReason } from '../src/closes.ts';
 import { ErrorReasons, isStrike } from '../src/reasons.ts';
 
@@ -53,6 +53,9 @@ describe('close codes match the table of PROTOCOL.md', () => {
     congested: 1013,
     token_expired: 4001,
     slow_consumer: 4503,
+    // Additions of 2026-12.
+    token_revoked: 4003,
+    disconnected: 1008,
   };
 
   test('every documented reason has its documented code', () => {
@@ -73,7 +76,17 @@ describe('close codes match the table of PROTOCOL.md', () => {
     for (const reason of reasons) {
       assert.equal(closeSpecs[reason].reconnect, closeSpecs[reason].code !== 1008, reason);
     }
-    assert.deepEqual(reasons.filter((r) => !closeSpecs[r].reconnect).sort(), ['abusive', 'forbidden']);
+    assert.deepEqual(reasons.filter((r) => !closeSpecs[r].reconnect).sort(), ['abusive', 'disconnected', 'forbidden']);
+  });
+
+  test('disconnected is 1008 without retryAfterMs and 4000 with it; no other reason changes code', () => {
+    assert.equal(closeCodeOf('disconnected'), 1008);
+    assert.equal(closeCodeOf('disconnected', 1500), 4000);
+    assert.deepEqual(JSON.parse(encodeCloseReason('disconnected', 1500)), { reason: 'disconnected', retryAfterMs: 1500 });
+    for (const reason of reasons.filter((r) => r !== 'disconnected')) {
+      assert.equal(closeCodeOf(reason, 100), closeSpecs[reason].code, reason);
+      assert.equal(closeSpecs[reason].retryCode, undefined, reason);
+    }
   });
 
   test('the reasons PROTOCOL.md shows with retryAfterMs carry it', () => {

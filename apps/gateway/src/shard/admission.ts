@@ -7,13 +7,20 @@
  * record it makes.
  */
 import { ANONYMOUS, checkHandshake, chooseSubprotocol, clientAddress, type Identity, type OriginRule, parseOriginList,
-  type Refusal, retryAfterSeconds, retryHint } from '@sluice/core';
+  type Refusal, retryAfterSeconds, retryHint, type Revocations, tenantConnectWindowKey } from '@sluice/core';
 import { endSpan, type Span } from '@sluice/telemetry';
 import { type HttpRequest, type HttpResponse, upgradeCorked, type us_socket_context_t } from '@sluice/uws';
 import { tokenFrom, type Verifier } from '../auth.ts';
 import type { SharedLimits } from '../shared-limits.ts';
 import type { ShardContext } from './context.ts';
 import { newSocketData } from './socket-data.ts';
+
+/** Why `admit` refused a valid token: it is revoked. */
+const REVOKED = 'revoked\u0000';
+/** The tenant's upgrade window is full: wait this long. */
+interface TenantFull {
+  readonly tenantWaitMs: number;
+}
 
 export class Admission {
   private readonly origins: readonly OriginRule[] | undefined;
@@ -27,6 +34,8 @@ export class Admission {
     private readonly verifier: Verifier | null,
     /** False while the shard stops, the node drains, or WS_MAX_SOCKETS is reached. */
     private readonly available: () => boolean,
+    /** The revocations in force: a revoked token gets 401 `token_revoked`. */
+    private readonly revocations: Revocations,
   ) {
     const cfg = ctx.cfg;
     this.origins = cfg.allowedOrigins === undefined ? undefined : parseOriginList(cfg.allowedOrigins);
@@ -71,12 +80,14 @@ export class Admission {
       let outcome: string;
       if (aborted) outcome = 'aborted';
       else if (typeof who === 'number') outcome = this.refuseIp(res, who);
+      else if (who === REVOKED) outcome = this.refuse(res, { reason: 'token_revoked', status: '401 Unauthorized', why: 'revoked' });
       else if (typeof who === 'string') outcome = this.refuse(res, { reason: 'unauthorized', status: '401 Unauthorized', why: who });
+      else if ('tenantWaitMs' in who) outcome = this.refuseWithRetry(res, 'tenant_rate_limited', '429 Too Many Requests', who.tenantWaitMs);
       else if (!this.available()) outcome = this.refuseUnavailable(res);
       else outcome = this.accept(res, context, key, protocol, extensions, ip, who);
       if (span !== undefined) {
         span.setAttribute('sluice.outcome', outcome);
-        if (typeof who === 'object') span.setAttribute('sluice.tenant', who.tenant);
+        if (typeof who === 'object' && !('tenantWaitMs' in who)) span.setAttribute('sluice.tenant', who.tenant);
         span.end();
       }
     }).catch((err: unknown) => {
@@ -97,15 +108,20 @@ export class Admission {
    * Who may come in: the identity, or the ms to wait (IP window full), or
    * why the token was refused. Every attempt counts toward the IP window.
    */
-  private async admit(ip: string, token: string | undefined, span: Span | undefined): Promise<Identity | number | string> {
+  private async admit(ip: string, token: string | undefined, span: Span | undefined): Promise<Identity | number | string | TenantFull> {
     const wait = await this.limits.connect(ip);
     if (wait !== 0) return wait;
     if (this.verifier === null) return ANONYMOUS;
     if (token === undefined) return 'no token';
     const auth = span === undefined ? undefined : this.ctx.tracing!.child(span, 'sluice.auth');
-    const v = await this.verifier.verify(token, Date.now());
+    const now = Date.now();
+    const v = await this.verifier.verify(token, now);
     endSpan(auth, v.ok ? undefined : 'unauthorized');
-    return v.ok ? v.identity : v.why;
+    if (!v.ok) return v.why;
+    // Two map lookups: the revocations are in memory (fed by the coordinator).
+    if (this.revocations.size > 0 && this.revocations.revoked(v.identity, now)) return REVOKED;
+    const tenantWaitMs = this.limits.tenantUpgrade(tenantConnectWindowKey(v.identity.tenant), now);
+    return tenantWaitMs === 0 ? v.identity : { tenantWaitMs };
   }
 
   /** A plain-HTTP refusal at the upgrade; no socket is opened. `why` goes to the debug log, never a token. */
@@ -132,7 +148,7 @@ export class Admission {
   }
 
   /** A refusal the client may retry after `retryAfterMs`: in the body, and in whole seconds in `retry-after`. */
-  private refuseWithRetry<R extends 'ip_rate_limited' | 'unavailable'>(res: HttpResponse, reason: R, status: string, retryAfterMs: number): R {
+  private refuseWithRetry<R extends 'ip_rate_limited' | 'tenant_rate_limited' | 'unavailable'>(res: HttpResponse, reason: R, status: string, retryAfterMs: number): R {
     this.ctx.counters.upgrades[reason]++;
     res.cork(() => {
       res.writeStatus(status)
@@ -146,7 +162,7 @@ export class Admission {
   private accept(res: HttpResponse, context: us_socket_context_t, key: string, protocol: string, extensions: string, ip: string,
     who: Identity): 'accepted' {
     const t = this.ctx.task;
-    const data = newSocketData(`${t.nodeId}.${t.shard}.${t.generation}.${(++this.seq).toString(36)}`, who, ip);
+    const data = newSocketData(`${t.nodeId}.${t.shard}.${t.generation}.${(++this.seq).toString(36)}`, who, ip, this.ctx.cfg.userMsgLimit > 0);
     this.ctx.counters.upgrades.accepted++;
     // Not res.cork(): see upgradeCorked.
     upgradeCorked(res, () => res.upgrade(data, key, protocol, extensions, context));

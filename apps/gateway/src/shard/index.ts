@@ -10,7 +10,7 @@
  * parts: admission (upgrades), session (frames and commands), topics,
  * recovery, fan-out (with the slow lane), replies, drain, metrics, tracing.
  */
-import { effectiveSlowBufferBytes, PendingRequests, retryHint, type WindowState } from '@sluice/core';
+import { effectiveSlowBufferBytes, PendingRequests, retryHint, Revocations, type WindowState } from '@sluice/core';
 import { PROTOCOL_VERSION } from '@sluice/protocol';
 import { loadTracing, registerThreadMetrics } from '@sluice/telemetry';
 import { loadUws, type us_listen_socket, useUpgradeCork, type Uws } from '@sluice/uws';
@@ -21,6 +21,7 @@ import type { SharedLimits } from '../shared-limits.ts';
 import type { ShardBroker } from '../shard-broker.ts';
 import { Flag, SharedState } from '../shared-state.ts';
 import { SlowLane } from '../slow-lane.ts';
+import { AdminActions } from './admin-actions.ts';
 import { Admission } from './admission.ts';
 import { buildApp } from './app.ts';
 import { ShardContext } from './context.ts';
@@ -30,10 +31,11 @@ import { ShardMetrics } from './metrics.ts';
 import { Recoveries, type Recovery } from './recovery.ts';
 import { Replies } from './replies.ts';
 import { Session } from './session.ts';
-import type { SocketData } from './socket-data.ts';
+import type { Socket, SocketData } from './socket-data.ts';
 import type { ShardExit, ShardTask } from './task.ts';
 import { Topics } from './topics.ts';
 import { ShardTracing } from './tracing.ts';
+import { UserIndex } from './users.ts';
 
 export type { ShardExit, ShardTask } from './task.ts';
 
@@ -68,6 +70,9 @@ class Shard {
   private readonly limits: SharedLimits;
   private readonly metrics = new ShardMetrics();
   private readonly session: Session;
+  private readonly actions: AdminActions;
+  private readonly revocations = new Revocations();
+  private prunedAt = 0;
   private readonly fanOut: FanOut;
   private readonly app: ReturnType<typeof buildApp>;
   private readonly threadMetrics: { stop(): void };
@@ -109,11 +114,15 @@ class Shard {
     const topics = new Topics<Recovery>(this.broker, ctx.lines.degraded);
     const recoveries = new Recoveries(ctx, this.broker, topics, lane);
     const verifier = cfg.auth === 'jwt' ? new Verifier(cfg) : null;
+    const now = Date.now();
+    for (const r of task.revocations) this.revocations.add(r, now);
+    const users = new UserIndex<Socket>();
     this.session = new Session(ctx, {
       metrics: this.metrics, broker: this.broker, limits: this.limits, shared: this.shared, topics, recoveries, lane, replies: new Replies(),
-      verifier,
+      verifier, revocations: this.revocations, users,
     });
-    const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable());
+    this.actions = new AdminActions(ctx, this.session, users, this.revocations);
+    const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable(), this.revocations);
     const app = buildApp(this.uws, cfg, ctx.log, {
       admission,
       opened: this.session.opened,
@@ -126,7 +135,7 @@ class Shard {
     this.broker.onDelivery(this.fanOut.deliver);
     task.control.on('message', (m: ToShardControl) => this.control(m));
     this.metrics.register({
-      counters: ctx.counters, sockets: () => this.session.sockets.size, lane, bufferedBytes: () => this.fanOut.bufferedBytes,
+      counters: ctx.counters, sockets: () => this.session.sockets.size, users: () => users.size, lane, bufferedBytes: () => this.fanOut.bufferedBytes,
       broker: this.broker.stats, limits: this.limits, suppressed: ctx.suppressed,
     });
     this.threadMetrics = registerThreadMetrics(registry, `shard${task.shard}`);
@@ -154,7 +163,14 @@ class Shard {
         return;
       }
       this.listenSocket = ls;
-      this.sweepTimer = setInterval(() => this.broker.sweep(Date.now()), 1000);
+      this.sweepTimer = setInterval(() => {
+        const now = Date.now();
+        this.broker.sweep(now);
+        if (now - this.prunedAt >= 60_000) {
+          this.prunedAt = now;
+          this.revocations.prune(now);
+        }
+      }, 1000);
       this.sweepTimer.unref();
       this.fanOut.start();
       this.limits.start();
@@ -201,6 +217,9 @@ class Shard {
         });
         return;
       }
+      case 'control':
+        this.tell({ op: 'controlled', rid: m.rid, sockets: this.actions.apply(m.cmd) });
+        return;
       case 'peer':
         this.broker.addPeer(m.shard, m.port);
         return;

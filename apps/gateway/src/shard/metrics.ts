@@ -4,6 +4,7 @@
  * (counterFrom/gaugeFrom), so nothing is observed per frame but the two
  * latency histograms.
  */
+import type { ControlAction } from '@sluice/core';
 import { type ErrorReason, ErrorReasons, type UpgradeRefusal, UpgradeRefusals } from '@sluice/protocol';
 import { counterFrom, gaugeFrom, IndexedHistogram, Registry, type SuppressedCounts } from '@sluice/telemetry';
 import type { BrokerStats } from '../shard-broker.ts';
@@ -21,6 +22,8 @@ export interface ShardCounters {
   readonly closes: Record<string, number>;
   /** `refresh` frames, by outcome: ok, or the reason of the refusal. */
   readonly refreshes: Record<'ok' | 'unauthorized' | 'forbidden' | 'bad_request', number>;
+  /** Sockets each admin action closed (revoke, disconnect), joined (subscribe) or made leave (unsubscribe). */
+  readonly adminSockets: Record<ControlAction, number>;
 }
 
 export function newCounters(): ShardCounters {
@@ -30,8 +33,9 @@ export function newCounters(): ShardCounters {
     rejections: zeros(ErrorReasons),
     upgrades: zeros(['accepted', ...UpgradeRefusals, 'aborted']),
     closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0, buffer_limit: 0, congested: 0, slow_consumer: 0,
-      token_expired: 0 },
+      token_expired: 0, token_revoked: 0, disconnected: 0 },
     refreshes: { ok: 0, unauthorized: 0, forbidden: 0, bad_request: 0 },
+    adminSockets: { revoke: 0, disconnect: 0, subscribe: 0, unsubscribe: 0 },
   };
 }
 
@@ -43,6 +47,7 @@ function zeros<K extends string>(keys: readonly K[]): Record<K, number> {
 export interface MetricSources {
   readonly counters: ShardCounters;
   readonly sockets: () => number;
+  readonly users: () => number;
   readonly lane: { readonly counters: LaneCounters; readonly sockets: number };
   readonly bufferedBytes: () => number;
   readonly broker: BrokerStats;
@@ -70,6 +75,11 @@ export class ShardMetrics {
     gaugeFrom(r, 'sluice_connected_sockets', 'Open WebSocket connections.', s.sockets);
     counterFrom(r, 'sluice_refreshes_total', 'Token refreshes on open sockets (refresh frames), by outcome: ok or the refusal\'s reason.',
       'outcome', () => m.refreshes);
+    counterFrom(r, 'sluice_admin_sockets_total',
+      'Sockets an admin action reached on this node, by action: closed (revoke: 4003, disconnect: 1008 or 4000), joined (subscribe) or made to leave (unsubscribe).',
+      'action', () => m.adminSockets);
+    gaugeFrom(r, 'sluice_users_connected', 'Users with at least one open socket on this node (summed over shards: a user on two shards counts twice).',
+      s.users);
     counterFrom(r, 'sluice_drained_sockets_total', 'Sockets closed by a drain (1012).', undefined, () => m.drained);
     counterFrom(r, 'sluice_messages_sent_total',
       'Events sent to sockets. For a socket with a backlog (a quarter of the soft limit unsent, or in the slow lane) an event counts once its buffer is empty.',

@@ -4,9 +4,9 @@
  * commands (publish, join, leave, ping). A rejected frame is answered and
  * goes no further; the socket stays open unless it struck out.
  */
-import { allows, clearStrikes, Guard, frameWindowWait, guardFrame, type PublishResult, strike, topicKey } from '@sluice/core';
+import { allows, clearStrikes, Guard, frameWindowWait, guardFrame, type PublishResult, type Revocations, strike, topicKey } from '@sluice/core';
 import { type CloseReason, decodeClientFrame, encodePong, encodeRejection, encodeReplyOk, encodeUnsubscribed, type ErrorReason,
-  type JoinFrame, type LeaveFrame, PEEK_REF_BYTES, peekRef, type PublishFrame, type RefreshFrame, welcomeFrame,
+  encodeSubscribed, type JoinFrame, type LeaveFrame, PEEK_REF_BYTES, peekRef, type PublishFrame, type RefreshFrame, welcomeFrame,
   welcomePrefix } from '@sluice/protocol';
 import { endSpan } from '@sluice/telemetry';
 import type { Verified, Verifier } from '../auth.ts';
@@ -21,6 +21,7 @@ import type { Recoveries, Recovery } from './recovery.ts';
 import type { Replies } from './replies.ts';
 import { closeSocket, type Socket, type SocketData } from './socket-data.ts';
 import type { Topics } from './topics.ts';
+import type { UserIndex } from './users.ts';
 
 const CRASH_FRAME = '{"type":"debug.crash"}';
 const utf8 = new TextDecoder();
@@ -36,6 +37,10 @@ export interface SessionParts {
   readonly replies: Replies;
   /** WS_AUTH=jwt: checks a `refresh`'s token as the upgrade checks the first; null with WS_AUTH=none. */
   readonly verifier: Verifier | null;
+  /** The revocations in force (POST /v1/revoke), in memory: checked on open and on refresh. */
+  readonly revocations: Revocations;
+  /** This shard's open sockets by user. */
+  readonly users: UserIndex<Socket>;
 }
 
 export class Session {
@@ -60,8 +65,14 @@ export class Session {
   readonly opened = (ws: Socket): void => {
     const d = ws.getUserData();
     this.sockets.add(ws);
+    this.p.users.add(d.userKey, ws);
     this.p.shared.addSockets(this.ctx.task.shard, 1);
     ws.send(welcomeFrame(this.welcome, d.id, d.expiresAt), false);
+    // A revocation may have arrived between the upgrade's check and now.
+    if (this.p.revocations.size > 0 && this.p.revocations.revoked(d, Date.now())) {
+      this.close(ws, d, 'token_revoked');
+      return;
+    }
     if (d.expiresAt !== Infinity) {
       // The token may have expired between its check and now.
       if (d.expiresAt <= Date.now()) this.close(ws, d, 'token_expired');
@@ -73,6 +84,7 @@ export class Session {
     const d = ws.getUserData();
     d.open = false;
     this.sockets.delete(ws);
+    this.p.users.delete(d.userKey, ws);
     this.p.shared.addSockets(this.ctx.task.shard, -1);
     if (d.expiresAt !== Infinity) this.expiry.delete(ws, d.expiresAt);
     this.p.lane.forget(ws, d);
@@ -83,6 +95,7 @@ export class Session {
         this.p.topics.release(key);
       }
       d.topics = null;
+      d.granted = null;
     }
   };
 
@@ -155,7 +168,15 @@ export class Session {
       this.reject(ws, d, f.ref, 'forbidden', undefined, `the token does not allow publishing to ${f.topic}`);
       return;
     }
-    const wait = this.p.limits.publish(d.tenantWindowKey, Date.now());
+    const now = Date.now();
+    if (d.userWindowKey !== '') {
+      const userWait = this.p.limits.userPublish(d.userWindowKey, now);
+      if (userWait !== 0) {
+        this.reject(ws, d, f.ref, 'user_rate_limited', userWait);
+        return;
+      }
+    }
+    const wait = this.p.limits.publish(d.tenantWindowKey, now);
     if (wait !== 0) {
       this.reject(ws, d, f.ref, 'tenant_rate_limited', wait);
       return;
@@ -249,6 +270,7 @@ export class Session {
   /** The socket leaves a joined topic: no replay, no lane, and its count in the topic's record. */
   private drop(ws: Socket, d: SocketData, topic: string, key: string): void {
     d.topics!.delete(topic);
+    d.granted?.delete(topic);
     this.p.recoveries.cancel(d, key);
     this.p.lane.unsubscribe(ws, key);
     this.p.topics.release(key);
@@ -292,6 +314,11 @@ export class Session {
       this.reject(ws, d, f.ref, 'forbidden', undefined, 'the token is for another user or tenant than the socket\'s');
       return;
     }
+    if (this.p.revocations.size > 0 && this.p.revocations.revoked(who, Date.now())) {
+      counts.unauthorized++;
+      this.reject(ws, d, f.ref, 'unauthorized', undefined, 'the token is revoked');
+      return;
+    }
     clearStrikes(d);
     if (who.expiresAt !== d.expiresAt) {
       if (d.expiresAt !== Infinity) this.expiry.delete(ws, d.expiresAt);
@@ -301,15 +328,56 @@ export class Session {
     }
     d.join = who.join;
     d.pub = who.publish;
+    d.issuedAt = who.issuedAt;
+    d.jti = who.jti;
     if (d.topics !== null) {
       for (const [topic, key] of d.topics) {
-        if (allows(d.join, topic)) continue;
+        if (allows(d.join, topic) || d.granted?.has(topic) === true) continue;
         this.drop(ws, d, topic, key);
         ws.send(encodeUnsubscribed(topic, 'forbidden'), false);
       }
     }
     counts.ok++;
     ws.send(encodeReplyOk(f.ref, `{"expiresAt":${who.expiresAt}}`), false);
+  }
+
+  /**
+   * `POST /v1/subscribe`: the socket joins `topic` whatever its rights say,
+   * and is sent `subscribed` before any event of it (in one cork with the
+   * native subscribe). A socket already joined, or at WS_MAX_JOINS, is
+   * skipped: false. If the broker cannot subscribe the topic now, the join
+   * is undone and nothing is sent.
+   */
+  grant(ws: Socket, d: SocketData, topic: string): boolean {
+    if (!d.open || d.topics?.has(topic) === true || (d.topics?.size ?? 0) >= this.ctx.cfg.maxJoins) return false;
+    const key = topicKey(d.tenant, topic);
+    (d.topics ??= new Map()).set(topic, key);
+    (d.granted ??= new Set()).add(topic);
+    const { topics, lane } = this.p;
+    topics.acquire(key, (ok) => {
+      if (!d.open || d.topics?.get(topic) !== key) return;
+      if (!ok) {
+        d.topics.delete(topic);
+        d.granted?.delete(topic);
+        topics.release(key);
+        this.ctx.lines.degraded.write({ conn: d.id, topic }, 'server-side subscribe failed: the topic could not be subscribed now');
+        return;
+      }
+      ws.cork(() => {
+        ws.send(encodeSubscribed(topic), false);
+        lane.subscribe(ws, d, key);
+      });
+    });
+    return true;
+  }
+
+  /** `POST /v1/unsubscribe`: the socket leaves `topic` and is told why (`removed`); false when it was not joined. */
+  remove(ws: Socket, d: SocketData, topic: string): boolean {
+    const key = d.topics?.get(topic);
+    if (!d.open || key === undefined) return false;
+    this.drop(ws, d, topic, key);
+    ws.cork(() => ws.send(encodeUnsubscribed(topic, 'removed'), false));
+    return true;
   }
 }
 

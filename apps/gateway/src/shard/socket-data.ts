@@ -3,8 +3,9 @@
  * upgrade (admission.ts); each part of the shard states the slice of it it
  * reads and writes.
  */
-import { type FixedWindowState, type Identity, type Mailbox, type MailItem, type Rights, type StrikeState, tenantWindowKey } from '@sluice/core';
-import { type CloseReason, closeSpecs, encodeCloseReason } from '@sluice/protocol';
+import { type FixedWindowState, type Identity, type Mailbox, type MailItem, type Rights, type StrikeState, tenantWindowKey, userKey,
+  userWindowKey } from '@sluice/core';
+import { closeCodeOf, type CloseReason, encodeCloseReason } from '@sluice/protocol';
 import type { WebSocket } from '@sluice/uws';
 import type { LaneData } from '../slow-lane.ts';
 
@@ -15,6 +16,13 @@ export interface SocketData extends FixedWindowState, StrikeState, LaneData {
   /** The tenant's publish-window key, made once here rather than per frame. */
   readonly tenantWindowKey: string;
   readonly user: string;
+  /** `userKey(tenant, user)`: how the shard indexes its sockets by user. */
+  readonly userKey: string;
+  /** The user's publish-window key; empty when WS_USER_MSG_LIMIT is off. */
+  readonly userWindowKey: string;
+  /** The current token's `iat` (ms, -Infinity without one) and `jti`: what a revocation is checked against. */
+  issuedAt: number;
+  jti: string | undefined;
   /** The client address (X-Forwarded-For only behind WS_TRUST_PROXY). */
   readonly ip: string;
   /** Topics the socket may join and publish to: the token's, replaced by a `refresh`'s. */
@@ -28,6 +36,8 @@ export interface SocketData extends FixedWindowState, StrikeState, LaneData {
   inflight: number;
   /** Joined topics: client name to tenant-scoped key. Created on first join. */
   topics: Map<string, string> | null;
+  /** Joined topics the operator subscribed the socket to (`POST /v1/subscribe`): a refresh's rights do not take them away. */
+  granted: Set<string> | null;
   /** Since when the socket's unsent bytes are above the soft limit; -1 when they are not. */
   congestedSince: number;
   /** The socket's mailbox while it is in the slow lane. */
@@ -38,12 +48,16 @@ export interface SocketData extends FixedWindowState, StrikeState, LaneData {
 export type Socket = WebSocket<SocketData>;
 
 /** Every field set, in one order, so that every socket's data has one shape. */
-export function newSocketData(id: string, who: Identity, ip: string): SocketData {
+export function newSocketData(id: string, who: Identity, ip: string, userLimit: boolean): SocketData {
   return {
     id,
     tenant: who.tenant,
     tenantWindowKey: tenantWindowKey(who.tenant),
     user: who.user,
+    userKey: userKey(who.tenant, who.user),
+    userWindowKey: userLimit ? userWindowKey(who.tenant, who.user) : '',
+    issuedAt: who.issuedAt,
+    jti: who.jti,
     ip,
     join: who.join,
     pub: who.publish,
@@ -52,6 +66,7 @@ export function newSocketData(id: string, who: Identity, ip: string): SocketData
     strikes: 0,
     inflight: 0,
     topics: null,
+    granted: null,
     congestedSince: -1,
     mailbox: null,
     unsent: 0,
@@ -69,5 +84,5 @@ export function closeSocket(ws: Socket, d: { open: boolean }, reason: CloseReaso
   if (!d.open) return;
   d.open = false;
   closes[reason] = (closes[reason] ?? 0) + 1;
-  ws.end(closeSpecs[reason].code, encodeCloseReason(reason, retryAfterMs));
+  ws.end(closeCodeOf(reason, retryAfterMs), encodeCloseReason(reason, retryAfterMs));
 }

@@ -4,7 +4,7 @@
  * never the worker module.
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { Config } from '@sluice/core';
+import type { Config, Revocation } from '@sluice/core';
 
 export interface ShardTask {
   readonly shard: number;
@@ -25,6 +25,8 @@ export interface ShardTask {
   readonly uws: string;
   /** The coordinator's cork probe: whether an upgrade keeps the socket's address (see @sluice/uws's cork.ts). */
   readonly corkInPlace: boolean;
+  /** The revocations the node holds when the shard starts; later ones come as control commands. */
+  readonly revocations: readonly Revocation[];
 }
 
 export interface ShardExit {

@@ -15,14 +15,18 @@ export type { ReadyMessage };
 /** The gateway package's folder: where it runs from unless told otherwise. */
 export const GATEWAY_DIR = fileURLToPath(new URL('../..', import.meta.url));
 
+/** The admin token of TEST_ENV: `gw.adminFetch` sends it. */
+export const TEST_ADMIN_TOKEN = 'sluice-test-admin-token';
+
 /**
  * Every test client comes from 127.0.0.1 as one tenant: the per-IP and
  * per-tenant windows are opened wide, free ports are taken, and the drain
- * does not wait before closing. A test's own variables are laid over these.
+ * does not wait before closing. The admin API needs TEST_ADMIN_TOKEN, as a
+ * deployment's would. A test's own variables are laid over these.
  */
 export const TEST_ENV: Readonly<Record<string, string>> = {
   PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: '2', LOG_LEVEL: 'info',
-  WS_DRAIN_DELAY_MS: '0', WS_IP_CONNECT_LIMIT: '1000000', WS_TENANT_MSG_LIMIT: '100000000',
+  WS_DRAIN_DELAY_MS: '0', WS_IP_CONNECT_LIMIT: '1000000', WS_TENANT_MSG_LIMIT: '100000000', ADMIN_TOKEN: TEST_ADMIN_TOKEN,
 };
 
 /** Only the ports and hosts of TEST_ENV: every other setting stays the gateway's default. */
@@ -65,6 +69,14 @@ export interface Gateway {
   stderr(): string;
   url(path?: string): string;
   admin(path: string): string;
+  /**
+   * A request to the admin port with the admin token of the environment it
+   * was started with (TEST_ENV's unless overridden); a body that is not a
+   * string is sent as JSON.
+   */
+  adminFetch(path: string, init?: { method?: string; body?: unknown; headers?: Record<string, string> }): Promise<Response>;
+  /** POST `body` (JSON) to an admin route with the token. */
+  adminPost(path: string, body: unknown): Promise<Response>;
   /** GET /metrics on the admin port. */
   metrics(timeoutMs?: number): Promise<string>;
   readonly alive: boolean;
@@ -153,6 +165,17 @@ export async function startGateway(env: Record<string, string> = {}, opts: Start
     stderr: () => err,
     url: (path = '/ws') => `ws://127.0.0.1:${ready.port}${path}`,
     admin: (path) => `http://127.0.0.1:${ready.adminPort}${path}`,
+    adminFetch: (path, init = {}) => {
+      const token = env.ADMIN_TOKEN ?? (opts.defaults ?? TEST_ENV).ADMIN_TOKEN;
+      const body = init.body === undefined || typeof init.body === 'string' ? init.body : JSON.stringify(init.body);
+      return fetch(gw.admin(path), {
+        method: init.method ?? (body === undefined ? 'GET' : 'POST'),
+        headers: { ...(token === undefined || token === '' ? {} : { authorization: `Bearer ${token}` }), ...init.headers },
+        ...(body === undefined ? {} : { body: body as string }),
+        signal: AbortSignal.timeout(10_000),
+      });
+    },
+    adminPost: (path, body) => gw.adminFetch(path, { method: 'POST', body }),
     metrics: async (ms = 5000) => (await fetch(gw.admin('/metrics'), { signal: AbortSignal.timeout(ms) })).text(),
     get alive() { return proc.exitCode === null && proc.signalCode === null; },
     get exitCode() { return proc.exitCode; },

@@ -1,0 +1,105 @@
+/**
+ * The admin actions as one shard carries them out on the sockets it holds:
+ * revocations (4003), disconnects (1008, or 4000 with a retry hint) and
+ * server-side subscribes and unsubscribes. Each command comes from the
+ * coordinator (which had it from the admin API or, in cluster mode, from
+ * another node over Redis) and answers how many sockets it touched here.
+ */
+import { actionOf, type ControlCommand, type Revocation, type Revocations, retryHint, userKey } from '@sluice/core';
+import type { ShardContext } from './context.ts';
+import type { Session } from './session.ts';
+import type { Socket } from './socket-data.ts';
+import type { UserIndex } from './users.ts';
+
+export class AdminActions {
+  /** The prefix of the ids of the sockets this shard (this generation) accepted. */
+  private readonly idPrefix: string;
+
+  constructor(
+    private readonly ctx: ShardContext,
+    private readonly session: Session,
+    private readonly users: UserIndex<Socket>,
+    private readonly revocations: Revocations,
+  ) {
+    const t = ctx.task;
+    this.idPrefix = `${t.nodeId}.${t.shard}.${t.generation}.`;
+  }
+
+  /** Carries a command out here; the sockets it closed, joined or made leave. */
+  apply(cmd: ControlCommand): number {
+    const n = this.run(cmd);
+    this.ctx.counters.adminSockets[actionOf(cmd)] += n;
+    return n;
+  }
+
+  private run(cmd: ControlCommand): number {
+    const now = Date.now();
+    switch (cmd.op) {
+      case 'revoke':
+        this.revocations.add(cmd.revocation, now);
+        return this.closeRevoked([cmd.revocation], now);
+      case 'revocations':
+        for (const r of cmd.list) this.revocations.add(r, now);
+        return this.closeRevoked(cmd.list, now);
+      case 'disconnect': {
+        const t = cmd.target;
+        let sockets: Socket[];
+        if ('connectionId' in t) {
+          sockets = [];
+          if (t.connectionId.startsWith(this.idPrefix)) {
+            for (const ws of this.session.sockets) {
+              if (ws.getUserData().id === t.connectionId) {
+                sockets.push(ws);
+                break;
+              }
+            }
+          }
+        } else sockets = this.users.of(userKey(t.tenant, t.user));
+        let n = 0;
+        for (const ws of sockets) {
+          const d = ws.getUserData();
+          if (!d.open) continue;
+          this.session.close(ws, d, 'disconnected', cmd.retry ? retryHint(this.ctx.cfg, Math.random) : undefined);
+          n++;
+        }
+        return n;
+      }
+      case 'subscribe': {
+        let n = 0;
+        for (const ws of this.users.of(userKey(cmd.tenant, cmd.user))) if (this.session.grant(ws, ws.getUserData(), cmd.topic)) n++;
+        return n;
+      }
+      case 'unsubscribe': {
+        let n = 0;
+        for (const ws of this.users.of(userKey(cmd.tenant, cmd.user))) if (this.session.remove(ws, ws.getUserData(), cmd.topic)) n++;
+        return n;
+      }
+    }
+  }
+
+  /**
+   * Closes with 4003 every open socket whose token the revocations now hold:
+   * a user's sockets through the index, tokens by `jti` in one pass over the
+   * shard's sockets (only when the list has any).
+   */
+  private closeRevoked(list: readonly Revocation[], now: number): number {
+    let n = 0;
+    let byToken = false;
+    for (const r of list) {
+      if (r.kind === 'token') {
+        byToken = true;
+        continue;
+      }
+      for (const ws of this.users.of(userKey(r.tenant, r.user))) n += this.closeIfRevoked(ws, now);
+    }
+    if (byToken) for (const ws of [...this.session.sockets]) if (ws.getUserData().jti !== undefined) n += this.closeIfRevoked(ws, now);
+    return n;
+  }
+
+  private closeIfRevoked(ws: Socket, now: number): number {
+    const d = ws.getUserData();
+    if (!d.open || !this.revocations.revoked(d, now)) return 0;
+    this.session.close(ws, d, 'token_revoked');
+    return 1;
+  }
+}

@@ -1,0 +1,47 @@
+/**
+ * A shard's open sockets by user (`userKey`): what the admin actions that
+ * name a user (revoke, disconnect, subscribe, unsubscribe) act on without a
+ * scan. Most users hold one socket, so a user's entry is the socket itself
+ * until a second one opens.
+ */
+export class UserIndex<S> {
+  private readonly byUser = new Map<string, S | Set<S>>();
+
+  /** Users with at least one open socket here. */
+  get size(): number {
+    return this.byUser.size;
+  }
+
+  add(key: string, s: S): void {
+    const held = this.byUser.get(key);
+    if (held === undefined) this.byUser.set(key, s);
+    else if (held instanceof Set) held.add(s);
+    else if (held !== s) this.byUser.set(key, new Set([held, s]));
+  }
+
+  delete(key: string, s: S): void {
+    const held = this.byUser.get(key);
+    if (held === s) this.byUser.delete(key);
+    else if (held instanceof Set) {
+      held.delete(s);
+      if (held.size === 1) this.byUser.set(key, held.values().next().value!);
+    }
+  }
+
+  /** How many sockets the user holds here. */
+  count(key: string): number {
+    const held = this.byUser.get(key);
+    return held === undefined ? 0 : held instanceof Set ? held.size : 1;
+  }
+
+  /** The user's sockets, copied: the caller may close them while it walks the list. */
+  of(key: string): S[] {
+    const held = this.byUser.get(key);
+    return held === undefined ? [] : held instanceof Set ? [...held] : [held];
+  }
+
+  /** Every user key with its count (for a store that must learn them again). */
+  *counts(): IterableIterator<[string, number]> {
+    for (const [k, held] of this.byUser) yield [k, held instanceof Set ? held.size : 1];
+  }
+}

@@ -6,28 +6,8 @@
 // answered. The cluster-wide half is control-cluster.test.ts.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { SignJWT } from 'jose';
 import { Client, eventually, type Gateway, metricValue, rawUpgrade, startGateway } from './harness.ts';
-
-const SECRET = 'test-secret-of-at-least-thirty-two-characters';
-const enc = new TextEncoder();
-
-interface Claims {
-  sub?: string;
-  tenant?: string;
-  topics?: string[];
-  publish?: string[];
-  jti?: string;
-}
-
-/** An HS256 token (user u1 by default) issued at `iat` (seconds; now by default), valid 10 minutes. */
-export function token(claims: Claims = {}, iat?: number): Promise<string> {
-  const now = Math.floor(Date.now() / 1000);
-  return new SignJWT({ sub: 'u1', ...claims }).setProtectedHeader({ alg: 'HS256' }).setIssuedAt(iat ?? now)
-    .setExpirationTime(now + 600).sign(enc.encode(SECRET));
-}
-
-const bearer = (t: string) => ({ headers: { authorization: `Bearer ${t}` } });
+import { bearer, SECRET, token } from './tokens.ts';
 
 /** `n` sockets of one token, until both shards hold at least one of them. */
 async function socketsOnBothShards(gw: Gateway, t: string, n = 4): Promise<Client[]> {

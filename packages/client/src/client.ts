@@ -126,7 +126,9 @@ export class SluiceClient extends Emitter<ClientEvents> {
    * last durable event's id, so nothing is missed or repeated while history
    * reaches back that far (else `recovered: false` is emitted). A second
    * subscribe() to a topic adds a handler that gets events from then on;
-   * its `since` is not used.
+   * its `since` is not used. A topic the server subscribed the client to
+   * (the `subscribed` event) is such a topic already: subscribe() adds a
+   * handler to it and sends no join.
    */
   subscribe(topic: string, handler: EventHandler, options: SubscribeOptions = {}): Subscription {
     return this.subs.add(topic, handler, options);
@@ -176,6 +178,9 @@ export class SluiceClient extends Emitter<ClientEvents> {
       case 'reply':
       case 'pong':
         this.reply(f, now);
+        return;
+      case 'subscribed':
+        this.subs.subscribed(f.topic);
         return;
       case 'unsubscribed':
         this.subs.removed(f.topic, f.reason);

@@ -423,7 +423,7 @@ export class Connection {
       this.host.failAll(err, false);
       return;
     }
-    if (d.refreshToken) this.refresh = refusal !== undefined ? 'unauthorized' : 'token_expired';
+    if (d.refreshToken) this.refresh = d.tokenReason ?? (refusal !== undefined ? 'unauthorized' : 'token_expired');
     if (d.report !== undefined) {
       this.host.report(new SluiceError(d.report, `the server refused the upgrade (${refusal?.status ?? code}): ${d.reason ?? d.report}`,
         { status: refusal?.status }));

@@ -9,7 +9,12 @@ export type SluiceErrorCode =
   | 'outbox_full'
   /** `close()` was called, or the client stopped for good, before the publish was acknowledged. */
   | 'closed'
-  /** An ephemeral publish was in flight when the socket dropped: ephemeral publishes are never resent. */
+  /**
+   * An ephemeral publish was in flight when the socket dropped: ephemeral
+   * publishes are never resent. Also the server's reason of a close 1008
+   * `disconnected` (the operator's `POST /v1/disconnect` without
+   * `reconnect`): the client stops, and this error has `closeCode` 1008.
+   */
   | 'disconnected'
   /**
    * A durable publish went unacknowledged for longer than `idempotencyWindowMs`
@@ -27,6 +32,8 @@ export type SluiceErrorCode =
   | 'internal'
   | 'abusive'
   | 'unauthorized'
+  /** The upgrade was refused 401 because the token was revoked (`POST /v1/revoke`); the client asks for a new one and keeps trying. */
+  | 'token_revoked'
   | 'forbidden_origin';
 
 export interface SluiceErrorDetails {

@@ -10,6 +10,7 @@ export {
   type PublishResult,
   type ReconnectingEvent,
   type RecoveredEvent,
+  type SubscribedEvent,
   type UnsubscribedEvent,
   type SluiceClientOptions,
   type SluiceEvent,

@@ -6,6 +6,7 @@
  */
 import { CloseCode, type CloseReason, closeSpecs } from '@sluice/protocol';
 import type { SluiceErrorCode } from './errors.ts';
+import type { TokenRequest } from './types.ts';
 
 export interface Backoff {
   /** Upper bound of the first wait (full jitter: the wait is uniform in [0, bound)). */
@@ -51,8 +52,10 @@ export type Disposition =
       readonly kind: 'reconnect';
       /** The server's hint: wait at least this long. */
       readonly retryAfterMs: number | undefined;
-      /** Ask the token callback for a fresh token (4001, 401). */
+      /** Ask the token callback for a fresh token (4001, 4003, 401). */
       readonly refreshToken: boolean;
+      /** What the token callback is told when `refreshToken` is set: `token_expired` (4001), `token_revoked` (4003, 401 `token_revoked`), `unauthorized` (401). */
+      readonly tokenReason: TokenRequest['reason'];
       /** 1009: the largest publish in flight caused it; it must not be resent. */
       readonly dropOversized: boolean;
       /** Surfaced on the `error` event, while the client keeps trying (401). */
@@ -85,28 +88,54 @@ export function parseReason(text: string): ParsedReason {
 }
 
 const reconnect = (p: Partial<Omit<Extract<Disposition, { kind: 'reconnect' }>, 'kind'>> = {}): Disposition => ({
-  kind: 'reconnect', retryAfterMs: undefined, refreshToken: false, dropOversized: false, report: undefined, reason: undefined, ...p,
+  kind: 'reconnect', retryAfterMs: undefined, refreshToken: false, tokenReason: undefined, dropOversized: false, report: undefined, reason: undefined,
+  ...p,
 });
 
-/** The close table of PROTOCOL.md, seen from the client. Codes it does not name (1006, 1011, 1001, ...) reconnect with backoff. */
+/** A new token, asked for `why`. */
+const newToken = (why: NonNullable<TokenRequest['reason']>, p: Partial<Omit<Extract<Disposition, { kind: 'reconnect' }>, 'kind'>>): Disposition =>
+  reconnect({ refreshToken: true, tokenReason: why, ...p });
+
+/** Stop for good: the error names the reason where the SDK has a code for it (`forbidden`, `disconnected`), else `abusive`. */
+const stop = (reason: string | undefined): Disposition => ({
+  kind: 'stop', error: reason === 'forbidden' || reason === 'disconnected' ? reason : 'abusive', reason,
+});
+
+/**
+ * The close table of PROTOCOL.md, seen from the client. Codes it does not
+ * name (1006, 1011, 1001, ...) reconnect with backoff.
+ *
+ * - 1008 stops, whatever its reason: `abusive`, `forbidden`, or
+ *   `disconnected` (the operator's `POST /v1/disconnect` without
+ *   `reconnect`), each surfaced under its own error code.
+ * - 4001 `token_expired` and 4003 `token_revoked` ask for a new token and
+ *   reconnect with backoff.
+ * - 1012, 1013, 4503 and 4000 (`disconnected` with `reconnect: true`)
+ *   reconnect no sooner than their `retryAfterMs`.
+ */
 export function afterClose(code: number, reasonText: string): Disposition {
   const { reason, retryAfterMs } = parseReason(reasonText);
   const spec = reason !== undefined && reason in closeSpecs ? closeSpecs[reason as CloseReason] : undefined;
   switch (code) {
     case CloseCode.Policy:
       // 1008 never reconnects, whatever its reason says.
-      return { kind: 'stop', error: reason === 'forbidden' ? 'forbidden' : 'abusive', reason };
+      return stop(reason);
     case CloseCode.TooBig:
       return reconnect({ dropOversized: true, reason });
     case CloseCode.TokenExpired:
-      return reconnect({ refreshToken: true, reason });
+      return newToken('token_expired', { reason });
+    case CloseCode.TokenRevoked:
+      // The token is dead before its exp: the callback must not hand it out again.
+      return newToken('token_revoked', { reason });
     case CloseCode.Restart:
     case CloseCode.TryAgainLater:
     case CloseCode.SlowConsumer:
+    case CloseCode.Disconnected:
       return reconnect({ retryAfterMs, reason });
     default:
-      // A reason the table says not to reconnect after, on a code it does not pair it with.
-      if (spec !== undefined && !spec.reconnect) return { kind: 'stop', error: reason === 'forbidden' ? 'forbidden' : 'abusive', reason };
+      // A reason the table says not to reconnect after, on a code it does not pair it with
+      // (unless it is the reason with a retry code, `disconnected`, and carries its retryAfterMs).
+      if (spec !== undefined && !spec.reconnect && !(spec.retryCode !== undefined && retryAfterMs !== undefined)) return stop(reason);
       return reconnect({ retryAfterMs, reason });
   }
 }
@@ -123,11 +152,15 @@ export function afterRefusal(status: number, body: string, retryAfterHeader: str
   const retryAfterMs = parsed.retryAfterMs ?? headerMs;
   switch (status) {
     case 401:
-      return reconnect({ refreshToken: true, report: 'unauthorized', reason: parsed.reason ?? 'unauthorized' });
+      // `token_revoked`: the token was revoked before its exp (POST /v1/revoke); `unauthorized`: anything else wrong with it.
+      return parsed.reason === 'token_revoked'
+        ? newToken('token_revoked', { report: 'token_revoked', reason: 'token_revoked' })
+        : newToken('unauthorized', { report: 'unauthorized', reason: parsed.reason ?? 'unauthorized' });
     case 403:
       // Only the Origin check refuses with 403: retrying from the same page cannot succeed.
       return { kind: 'stop', error: 'forbidden_origin', reason: parsed.reason ?? 'forbidden_origin' };
     default:
+      // 503 unavailable, 429 ip_rate_limited / tenant_rate_limited (with a hint), 429 too_many_sockets (without: plain backoff), ...
       return reconnect({ retryAfterMs, reason: parsed.reason ?? `http_${status}` });
   }
 }

@@ -1,7 +1,9 @@
 /**
  * Subscriptions: one record per topic with its handlers and its resume
  * position, which outlives sockets. Delivers events in id order, settles
- * `ready`, and says which topics to join (again) on a new socket.
+ * `ready`, and says which topics to join (again) on a new socket. A topic
+ * the server joined the socket to (`subscribed`) gets a record like one of
+ * subscribe(), without handlers until subscribe() adds one.
  */
 import { compareEventIdStrings, type EventFrame, parseEventId, TOPIC_PATTERN } from '@sluice/protocol';
 import { callSafely } from './emitter.ts';
@@ -16,6 +18,13 @@ export interface TopicState {
   /** On the current socket: waiting to send the join, join sent, or joined. */
   status: 'pending' | 'sent' | 'joined';
   everJoined: boolean;
+  /**
+   * The server joined a socket to it (`subscribed`, from `POST /v1/subscribe`).
+   * It is joined again after a reconnect like any topic, with the client's
+   * own token; a refusal of that join drops it with `unsubscribed` (the
+   * refusal's reason), not with an error.
+   */
+  server: boolean;
 }
 
 /** A join in flight: what its reply settles. */
@@ -80,7 +89,7 @@ export class Subscriptions {
     if (typeof handler !== 'function') throw new TypeError('handler must be a function');
     let state = this.topics.get(topic);
     if (state === undefined) {
-      state = { name: topic, subs: new Set(), lastId: options.since, status: 'pending', everJoined: false };
+      state = { name: topic, subs: new Set(), lastId: options.since, status: 'pending', everJoined: false, server: false };
       this.topics.set(topic, state);
       this.join(state);
     }
@@ -159,13 +168,38 @@ export class Subscriptions {
    */
   refused(t: TopicState, reason: string, message: string | undefined): boolean {
     if (this.topics.get(t.name) !== t) return false;
+    // The server joined the socket to it meanwhile (`subscribed`): the answer to our own join changes nothing.
+    if (t.status === 'joined') return false;
     t.status = 'pending';
     if (reason === 'rate_limited' || reason === 'unavailable') return true;
     this.topics.delete(t.name);
     const err = new SluiceError(errorCode(reason), `join of ${t.name} refused: ${message ?? reason}`, { topic: t.name });
     for (const sub of t.subs) sub.settle(err);
-    this.report(err);
+    // A topic the server had given, joined again with a token that does not allow it: the server's gift has ended, not an error.
+    if (t.server) this.emit('unsubscribed', { topic: t.name, reason });
+    else this.report(err);
     return false;
+  }
+
+  /**
+   * The server joined the socket to `topic` (`subscribed`). A topic new to
+   * the client gets a record, joined, without handlers, and `subscribed` is
+   * emitted before any of its events: a listener that calls subscribe()
+   * gets them all, without a join being sent. A topic already subscribed
+   * is marked as the server's too, and nothing is emitted.
+   */
+  subscribed(topic: string): void {
+    const t = this.topics.get(topic);
+    if (t === undefined) {
+      this.topics.set(topic, { name: topic, subs: new Set(), lastId: undefined, status: 'joined', everJoined: true, server: true });
+      this.emit('subscribed', { topic });
+      return;
+    }
+    t.server = true;
+    // A join of ours still queued is skipped; one under way gets its reply all the same.
+    t.status = 'joined';
+    t.everJoined = true;
+    for (const sub of t.subs) sub.settle({ recovered: undefined });
   }
 
   /**

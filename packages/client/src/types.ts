@@ -12,20 +12,28 @@ export type ClientState = 'idle' | 'connecting' | 'open' | 'reconnecting' | 'clo
 export interface TokenRequest {
   /**
    * True when a new token is wanted: after a close with 4001
-   * `token_expired` or a 401 at the upgrade (the server refused the last
-   * one), or, with `reason: 'expiring'`, ahead of the open socket's
-   * `expiresAt`, when the client sends the new token on that socket (a
-   * `refresh` frame, no reconnect). A cached token must not be handed out
-   * again.
+   * `token_expired` or 4003 `token_revoked`, or a 401 at the upgrade (the
+   * server refused the last one), or, with `reason: 'expiring'`, ahead of
+   * the open socket's `expiresAt`, when the client sends the new token on
+   * that socket (a `refresh` frame, no reconnect). A cached token must not
+   * be handed out again.
    */
   readonly refresh: boolean;
-  readonly reason: 'token_expired' | 'unauthorized' | 'expiring' | undefined;
+  /**
+   * Why a new token is wanted: `token_expired` (close 4001), `token_revoked`
+   * (close 4003, or a 401 `token_revoked` at the upgrade: the operator
+   * revoked the user's tokens or this one, so a token issued before the
+   * revocation, a cached one included, will be refused again),
+   * `unauthorized` (any other 401), `expiring` (ahead of `expiresAt`), or
+   * undefined (a plain connection attempt).
+   */
+  readonly reason: 'token_expired' | 'token_revoked' | 'unauthorized' | 'expiring' | undefined;
 }
 
 export interface SluiceClientOptions {
   /** `ws://host:port/ws`, or a list: each attempt picks one at random, never the one that just failed or closed. */
   readonly url: string | readonly string[];
-  /** Asked before every connection attempt; with `refresh: true` after 4001 or 401, and before the open socket's token expires. */
+  /** Asked before every connection attempt; with `refresh: true` after 4001, 4003 or 401, and before the open socket's token expires. */
   readonly token?: (request: TokenRequest) => string | Promise<string>;
   /**
    * Where the token travels. `protocol` (default): a `bearer.<jwt>`
@@ -108,13 +116,31 @@ export interface ClientEvents {
   disconnected: DisconnectedEvent;
   reconnecting: ReconnectingEvent;
   recovered: RecoveredEvent;
-  /** The server took a topic away: `forbidden` (a refreshed token no longer allows it), `removed` (the application removed the user). */
+  /**
+   * The server joined the client to a topic it had not subscribed
+   * (`POST /v1/subscribe`). Emitted before any event of the topic: call
+   * `subscribe(topic, handler)` in the listener to get them all (no join is
+   * sent). The topic is then resumed after reconnects like any other.
+   */
+  subscribed: SubscribedEvent;
+  /**
+   * The server took a topic away: `forbidden` (a refreshed token no longer
+   * allows it), `removed` (`POST /v1/unsubscribe`), or, for a topic the
+   * server had subscribed the client to, the refusal of its join after a
+   * reconnect (`forbidden`: the client's own token does not allow it;
+   * `too_many_joins`). It is not joined again.
+   */
   unsubscribed: UnsubscribedEvent;
   error: SluiceError;
 }
 
+export interface SubscribedEvent {
+  readonly topic: string;
+}
+
 export interface UnsubscribedEvent {
   readonly topic: string;
+  /** `forbidden`, `removed`, or a join's refusal reason (see `ClientEvents.unsubscribed`). */
   readonly reason: string;
 }
 

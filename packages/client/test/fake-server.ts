@@ -7,10 +7,12 @@
  *
  * Defaults answer as the gateway does (welcome, join ok, publish ok with an
  * id, pong); a test overrides `onUpgrade` and `onFrame`, or pushes and
- * closes from the server's side, for the case it checks.
+ * closes from the server's side, for the case it checks. Each socket keeps
+ * the topics it is joined to (by a default join answer, or by the server's
+ * `subscribe`), so that `publish` reaches the sockets a gateway's would.
  */
 import {
-  type ClientFrame, decodeClientFrame, encodePong, encodeReplyOk, type Limits, welcomeFrame, welcomePrefix,
+  type ClientFrame, type CloseReason, decodeClientFrame, encodeCloseReason, encodePong, encodeReplyOk, type Limits, welcomeFrame, welcomePrefix,
 } from '@sluice/protocol';
 import type { Clock, TimerHandle } from '../src/clock.ts';
 import { SluiceClient, type SluiceClientOptions, type WebSocketConstructor, type WebSocketLike } from '../src/index.ts';
@@ -164,7 +166,7 @@ export class FakeServer {
     if (!r.ok) throw new Error(`the SDK sent a frame the gateway refuses: ${text} (${r.message})`);
     const f = r.frame;
     this.received.push({ at: this.clock.now(), socket, frame: f });
-    const answer = this.onFrame(f, socket) ?? this.defaultAnswer(f);
+    const answer = this.onFrame(f, socket) ?? this.defaultAnswer(f, socket);
     for (const a of answer) socket.push(a);
   }
 
@@ -173,12 +175,26 @@ export class FakeServer {
     return `${this.clock.now()}-${this.ids++}`;
   }
 
-  private defaultAnswer(f: ClientFrame): string[] {
+  /** A durable event, as `POST /v1/publish` makes one: to every open socket joined to `topic`. Returns its id. */
+  publish(topic: string, data: unknown): string {
+    const id = this.nextId();
+    const frame = JSON.stringify({ type: 'event', topic, id, data });
+    for (const s of this.sockets) if (s.readyState === 1 && s.topics.has(topic)) s.push(frame);
+    return id;
+  }
+
+  private defaultAnswer(f: ClientFrame, socket: FakeSocket): string[] {
     switch (f.type) {
       case 'ping':
         return [encodePong(f.ref)];
       case 'publish':
         return [encodeReplyOk(f.ref, f.cls === 0 ? JSON.stringify({ id: this.nextId() }) : undefined)];
+      case 'join':
+        socket.topics.add(f.topic);
+        return [encodeReplyOk(f.ref)];
+      case 'leave':
+        socket.topics.delete(f.topic);
+        return [encodeReplyOk(f.ref)];
       default:
         return [encodeReplyOk(f.ref)];
     }
@@ -200,6 +216,8 @@ export class FakeSocket implements WebSocketLike {
   closedByClient: number | undefined;
   /** A muted socket delivers nothing either way: a dead network. */
   muted = false;
+  /** The topics the server has this socket joined to. */
+  readonly topics = new Set<string>();
   private refusalListener: ((req: unknown, res: UpgradeResponseLike) => void) | undefined;
 
   constructor(private readonly server: FakeServer, readonly url: string, readonly protocols: string[]) {
@@ -253,6 +271,28 @@ export class FakeSocket implements WebSocketLike {
 
   serverClose(code: number, reason: string): void {
     this.later(() => this.end(code, reason));
+  }
+
+  /** A close as the gateway sends it: `code` with the JSON reason `{"reason":...,"retryAfterMs":...}`. */
+  closeWith(code: number, reason: CloseReason, retryAfterMs?: number): void {
+    this.serverClose(code, encodeCloseReason(reason, retryAfterMs));
+  }
+
+  /** Any server frame, given as an object: sent as its JSON. */
+  pushFrame(frame: Readonly<Record<string, unknown>>): void {
+    this.push(JSON.stringify(frame));
+  }
+
+  /** `POST /v1/subscribe` reaching this socket: joined to `topic`, and told so with `subscribed`. */
+  subscribe(topic: string): void {
+    this.topics.add(topic);
+    this.pushFrame({ type: 'subscribed', topic });
+  }
+
+  /** The socket leaves `topic` without asking (`removed`: `POST /v1/unsubscribe`; `forbidden`: a refresh), and is told so. */
+  unsubscribe(topic: string, reason: 'removed' | 'forbidden'): void {
+    this.topics.delete(topic);
+    this.pushFrame({ type: 'unsubscribed', topic, reason });
   }
 
   refuse(status: number, body: string, retryAfter: string | undefined): void {

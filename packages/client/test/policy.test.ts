@@ -17,6 +17,11 @@ describe('close table (PROTOCOL.md, seen from the client)', () => {
         assert.equal(d.retryAfterMs, spec.retryAfter ? 2345 : undefined, `${reason}: the hint is kept`);
         assert.equal(d.reason, reason);
       }
+      // The reason with a second code (disconnected: 4000) comes back after its retryAfterMs when sent with it.
+      if (spec.retryCode !== undefined) {
+        const retry = afterClose(spec.retryCode, encodeCloseReason(reason, 2345));
+        assert.ok(retry.kind === 'reconnect' && retry.retryAfterMs === 2345 && retry.reason === reason, `${spec.retryCode} ${reason}`);
+      }
     }
   });
 
@@ -37,6 +42,37 @@ describe('close table (PROTOCOL.md, seen from the client)', () => {
     }
   });
 
+  test('4003 token_revoked asks for a new token, told token_revoked, and reconnects with plain backoff', () => {
+    assert.deepEqual(afterClose(4003, '{"reason":"token_revoked"}'), {
+      kind: 'reconnect', retryAfterMs: undefined, refreshToken: true, tokenReason: 'token_revoked', dropOversized: false, report: undefined,
+      reason: 'token_revoked',
+    });
+    // The code decides, as for 4001: a 4003 whose reason is not JSON still wants a new token.
+    const bare = afterClose(4003, '');
+    assert.ok(bare.kind === 'reconnect' && bare.refreshToken && bare.tokenReason === 'token_revoked');
+    const expired = afterClose(4001, '{"reason":"token_expired"}');
+    assert.ok(expired.kind === 'reconnect' && expired.tokenReason === 'token_expired', 'and 4001 is still token_expired');
+  });
+
+  test('4000 disconnected with retryAfterMs reconnects no sooner than the hint, as 1012 does; without one, plain backoff', () => {
+    assert.deepEqual(afterClose(4000, '{"reason":"disconnected","retryAfterMs":3100}'), {
+      kind: 'reconnect', retryAfterMs: 3100, refreshToken: false, tokenReason: undefined, dropOversized: false, report: undefined, reason: 'disconnected',
+    });
+    assert.deepEqual({ ...afterClose(4000, '{"reason":"disconnected","retryAfterMs":3100}'), reason: 'x' },
+      { ...afterClose(1012, '{"reason":"unavailable","retryAfterMs":3100}'), reason: 'x' }, 'the same as 1012');
+    const noHint = afterClose(4000, '{"reason":"disconnected"}');
+    assert.ok(noHint.kind === 'reconnect' && noHint.retryAfterMs === undefined && !noHint.refreshToken);
+  });
+
+  test('1008 disconnected stops with the error disconnected; on another code it stops unless it carries retryAfterMs', () => {
+    assert.deepEqual(afterClose(1008, '{"reason":"disconnected"}'), { kind: 'stop', error: 'disconnected', reason: 'disconnected' });
+    // Even with a hint: 1008 is "stay away".
+    assert.deepEqual(afterClose(1008, '{"reason":"disconnected","retryAfterMs":500}'), { kind: 'stop', error: 'disconnected', reason: 'disconnected' });
+    assert.deepEqual(afterClose(1000, '{"reason":"disconnected"}'), { kind: 'stop', error: 'disconnected', reason: 'disconnected' });
+    const withHint = afterClose(1000, '{"reason":"disconnected","retryAfterMs":700}');
+    assert.ok(withHint.kind === 'reconnect' && withHint.retryAfterMs === 700);
+  });
+
   test('a cut connection (1006) and codes the table does not name reconnect with plain backoff', () => {
     for (const code of [1000, 1001, 1006, 1011, 4000, 4999]) {
       const d = afterClose(code, '');
@@ -55,7 +91,7 @@ describe('close table (PROTOCOL.md, seen from the client)', () => {
 describe('refusals at the upgrade', () => {
   test('503 and 429 wait for the body\'s retryAfterMs, or for Retry-After in seconds without a body', () => {
     assert.deepEqual(afterRefusal(503, '{"reason":"unavailable","retryAfterMs":1234}', '2'),
-      { kind: 'reconnect', retryAfterMs: 1234, refreshToken: false, dropOversized: false, report: undefined, reason: 'unavailable' });
+      { kind: 'reconnect', retryAfterMs: 1234, refreshToken: false, tokenReason: undefined, dropOversized: false, report: undefined, reason: 'unavailable' });
     const noBody = afterRefusal(429, '', '3');
     assert.ok(noBody.kind === 'reconnect' && noBody.retryAfterMs === 3000);
     const ip = afterRefusal(429, '{"reason":"ip_rate_limited","retryAfterMs":800}', '1');
@@ -64,8 +100,28 @@ describe('refusals at the upgrade', () => {
 
   test('401 asks for a fresh token and reports unauthorized; 403 (origin) stops', () => {
     const unauth = afterRefusal(401, '{"reason":"unauthorized"}', undefined);
-    assert.ok(unauth.kind === 'reconnect' && unauth.refreshToken && unauth.report === 'unauthorized');
+    assert.ok(unauth.kind === 'reconnect' && unauth.refreshToken && unauth.report === 'unauthorized' && unauth.tokenReason === 'unauthorized');
+    const noBody = afterRefusal(401, '', undefined);
+    assert.ok(noBody.kind === 'reconnect' && noBody.refreshToken && noBody.tokenReason === 'unauthorized' && noBody.reason === 'unauthorized');
     assert.deepEqual(afterRefusal(403, '{"reason":"forbidden_origin"}', undefined), { kind: 'stop', error: 'forbidden_origin', reason: 'forbidden_origin' });
+  });
+
+  test('401 token_revoked: a new token, asked as token_revoked, reported as token_revoked, plain backoff', () => {
+    assert.deepEqual(afterRefusal(401, '{"reason":"token_revoked"}', undefined), {
+      kind: 'reconnect', retryAfterMs: undefined, refreshToken: true, tokenReason: 'token_revoked', dropOversized: false, report: 'token_revoked',
+      reason: 'token_revoked',
+    });
+  });
+
+  test('429 tenant_rate_limited waits its hint (body, else Retry-After); 429 too_many_sockets has none: plain backoff, no new token', () => {
+    const tenant = afterRefusal(429, '{"reason":"tenant_rate_limited","retryAfterMs":640}', '1');
+    assert.ok(tenant.kind === 'reconnect' && tenant.retryAfterMs === 640 && tenant.reason === 'tenant_rate_limited' && !tenant.refreshToken);
+    const headerOnly = afterRefusal(429, '{"reason":"tenant_rate_limited"}', '2');
+    assert.ok(headerOnly.kind === 'reconnect' && headerOnly.retryAfterMs === 2000);
+    assert.deepEqual(afterRefusal(429, '{"reason":"too_many_sockets"}', undefined), {
+      kind: 'reconnect', retryAfterMs: undefined, refreshToken: false, tokenReason: undefined, dropOversized: false, report: undefined,
+      reason: 'too_many_sockets',
+    });
   });
 
   test('other statuses back off without a hint', () => {

@@ -213,7 +213,13 @@ function bad(message: string): Refused {
   return new Refused(400, 'bad_request', message);
 }
 
+/** The fields of an admin publish: a client publish frame's, without `type` and `ref`, and a tenant. */
+const PUBLISH_FIELDS = ['tenant', 'topic', 'data', 'key', 'ephemeral', 'idempotencyKey', 'traceparent'];
+
 async function publish(deps: AdminDeps, req: IncomingMessage, obj: Record<string, unknown>, res: ServerResponse): Promise<void> {
+  for (const k of Object.keys(obj)) {
+    if (!PUBLISH_FIELDS.includes(k)) throw bad(`unknown field ${JSON.stringify(k)}; /v1/publish takes ${PUBLISH_FIELDS.join(', ')}`);
+  }
   const tenant = obj.tenant ?? 'default';
   if (typeof tenant !== 'string' || !TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
   const r = decodeFrameObject({ ...obj, type: 'publish' });

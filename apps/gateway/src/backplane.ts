@@ -9,6 +9,7 @@
  * shard needs to know which broker it has.
  */
 import type { Config } from '@sluice/core';
+import type { RedisClient, RedisHealth } from '@sluice/redis';
 import { IndexedHistogram, type Logger, type Registry } from '@sluice/telemetry';
 import { SharedLimits, type LocalSettle } from './shared-limits.ts';
 import { MeshBroker } from './mesh-broker.ts';
@@ -33,6 +34,8 @@ export interface Backplane {
   readonly limits: SharedLimits;
   /** Resolves when the shard may listen; never rejects. */
   readonly ready: Promise<void>;
+  /** Cluster mode: the broker's Redis connection and its health, for the other stores (user sockets). */
+  readonly redis: { readonly client: RedisClient; readonly health: RedisHealth } | undefined;
 }
 
 /** Where a node with this config stores durable events. */
@@ -44,11 +47,11 @@ export function createBackplane(deps: BackplaneDeps): Backplane {
   const { shard, config: cfg, log } = deps;
   const mesh = new MeshBroker(shard, cfg.workers, cfg, log);
   if (cfg.redisUrl === undefined) {
-    return { broker: mesh, limits: new SharedLimits(cfg, undefined, deps.localSettle, log), ready: Promise.resolve() };
+    return { broker: mesh, limits: new SharedLimits(cfg, undefined, deps.localSettle, log), ready: Promise.resolve(), redis: undefined };
   }
   const latency = new IndexedHistogram(deps.registry, 'sluice_redis_command_seconds',
     'How long Redis commands took, answered or failed (cluster mode), by operation.', 'op', REDIS_OPS);
   const broker = new RedisBroker(shard, mesh, cfg, log, (op, seconds) => latency.observe(op, seconds));
   const limits = new SharedLimits(cfg, broker.client, deps.localSettle, log, (seconds) => latency.observe(RedisOp.Window, seconds), broker.health);
-  return { broker, limits, ready: broker.connected(CONNECT_WAIT_MS) };
+  return { broker, limits, ready: broker.connected(CONNECT_WAIT_MS), redis: { client: broker.client, health: broker.health } };
 }

@@ -18,7 +18,9 @@ export type ToShardControl =
   /** A (re)started peer shard: talk to it on this port from now on. */
   | { readonly op: 'peer'; readonly shard: number; readonly port: MessagePort }
   /** The node's memory window store answered a shard's settle. */
-  | { readonly op: 'settled'; readonly rid: number; readonly states: readonly WindowState[] };
+  | { readonly op: 'settled'; readonly rid: number; readonly states: readonly WindowState[] }
+  /** The node's user-socket store answered a shard's claims (embedded mode). */
+  | { readonly op: 'claimed'; readonly rid: number; readonly fits: readonly boolean[] };
 
 export type FromShardControl =
   | { readonly op: 'listening'; readonly port: number }
@@ -27,6 +29,11 @@ export type FromShardControl =
   /** How many sockets the control command reached here. */
   | { readonly op: 'controlled'; readonly rid: number; readonly sockets: number }
   /** Limits: a batch of hits for the node's memory window store (embedded mode, or Redis unavailable). */
+  /** WS_MAX_USER_SOCKETS in embedded mode: the node's user-socket store (MemoryUserSockets) in the coordinator. */
+  | { readonly op: 'claim'; readonly rid: number; readonly holder: string; readonly keys: readonly string[]; readonly max: number;
+    readonly now: number }
+  | { readonly op: 'release'; readonly holder: string; readonly counts: readonly (readonly [string, number])[]; readonly now: number }
+  | { readonly op: 'beat'; readonly holder: string; readonly now: number }
   | {
     readonly op: 'settle'; readonly rid: number; readonly hits: readonly WindowHit[]; readonly limit: number; readonly windowMs: number;
     readonly now: number;

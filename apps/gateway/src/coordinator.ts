@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Piscina } from 'piscina';
-import { actionOf, type Config, type ControlCommand, type DrainPace, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, PendingRequests, shareBudget,
+import { actionOf, type Config, type ControlCommand, type DrainPace, MemoryUserSockets, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, PendingRequests, shareBudget,
   type PublishRequest, type PublishResult, redactedConfig, type RequestTimers, topicKey } from '@sluice/core';
 import { counterFrom, endSpan, gaugeFrom, type Logger, type MetricsJson, registerProcessMetrics, registerThreadMetrics,
   Registry, SpanKind, startSpan, type Tracer, traceparentOf } from '@sluice/telemetry';
@@ -46,6 +46,8 @@ const TIMERS: RequestTimers = { set: (fn, ms) => setTimeout(fn, ms).unref(), cle
 
 class ShardLink {
   listening: ((port: number) => void) | undefined;
+  /** The user-socket holders this shard claimed under (embedded mode): dropped when it goes. */
+  readonly holders = new Set<string>();
   /** Asks waiting for this shard's answer (metrics, admin publishes). */
   readonly requests = new PendingRequests<MetricsJson | PublishResult | number | undefined>(TIMERS);
   constructor(readonly port: MessagePort) {}
@@ -81,6 +83,8 @@ export class Coordinator {
   private redis: RedisWatch | undefined;
   /** The node's sliding windows for tenant and IP limits: the embedded store, and the fallback when Redis is down. */
   private readonly windows = new MemoryWindowStore();
+  /** WS_MAX_USER_SOCKETS in embedded mode: the node's count of each user's sockets, over its shards. */
+  private readonly userSockets = new MemoryUserSockets();
   /** Admin commands to every node, and the node's revocations. */
   private control: ControlPlane | undefined;
 
@@ -287,6 +291,8 @@ export class Coordinator {
     this.links.delete(shard);
     this.nodeMetrics.retire(shard);
     this.shared.resetSockets(shard);
+    // Its sockets are gone: they stop counting toward their users' caps now, not after the holder TTL.
+    for (const h of link.holders) this.userSockets.drop(h);
     // Asks still waiting get their fallbacks now, not at their deadlines.
     link.requests.close(`shard ${shard} is gone`);
     link.port.close();
@@ -315,6 +321,16 @@ export class Coordinator {
     switch (m.op) {
       case 'listening':
         link.listening?.(m.port);
+        return;
+      case 'claim':
+        link.holders.add(m.holder);
+        link.send({ op: 'claimed', rid: m.rid, fits: this.userSockets.claimNow(m.holder, m.keys, m.max, m.now) });
+        return;
+      case 'release':
+        this.userSockets.releaseNow(m.holder, new Map(m.counts), m.now);
+        return;
+      case 'beat':
+        void this.userSockets.beat(m.holder, m.now);
         return;
       case 'settle':
         // The node's memory window store: synchronous, so a shard's settle is answered at once.

@@ -61,13 +61,46 @@ class Window {
   }
 }
 
+/**
+ * A window whose every hit the store counts (upgrade attempts): the checks
+ * of one turn of the event loop go to the store together, one message (or
+ * one Redis pipeline) for a burst.
+ */
+class ExactWindow {
+  private queue: { readonly key: string; readonly resolve: (ms: number) => void; readonly reject: (err: unknown) => void }[] = [];
+
+  constructor(private readonly limit: number, private readonly windowMs: number, private readonly owner: SharedLimits) {}
+
+  /** Resolves 0 when the hit fits, else the ms to wait. */
+  check(key: string): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ key, resolve, reject });
+      if (this.queue.length === 1) setImmediate(this.flush);
+    });
+  }
+
+  private readonly flush = (): void => {
+    const queue = this.queue;
+    this.queue = [];
+    const limit = this.limit;
+    this.owner.settle(queue.map((q) => ({ key: q.key, hits: 1 })), limit, this.windowMs, Date.now()).then((states) => {
+      for (let i = 0; i < queue.length; i++) {
+        const st = states[i]!;
+        queue[i]!.resolve(st.count <= limit ? 0 : Math.max(1, st.retryAfterMs));
+      }
+    }, (err: unknown) => {
+      for (const q of queue) q.reject(err);
+    }).catch((err: unknown) => this.owner.log.error({ err }, 'answering upgrade limit checks failed'));
+  };
+}
+
 export class SharedLimits {
   private readonly tenant: Window;
-  /** WS_USER_MSG_LIMIT and WS_TENANT_CONNECT_LIMIT: null when off (0). */
+  /** WS_USER_MSG_LIMIT: null when off (0). */
   private readonly user: Window | null;
-  private readonly tenantConnect: Window | null;
-  private readonly ipLimit: number;
-  private readonly ipWindowMs: number;
+  /** The upgrade windows, per IP and (WS_TENANT_CONNECT_LIMIT, null when off) per tenant: every attempt counted by the store. */
+  private readonly ip: ExactWindow;
+  private readonly tenantConnect: ExactWindow | null;
   private readonly redis: (WindowStore & { readonly commands: number }) | undefined;
   private readonly health: RedisHealth | undefined;
   /** The fallback was logged for this outage (cleared by the next settle Redis answers). */
@@ -87,9 +120,8 @@ export class SharedLimits {
   ) {
     this.tenant = new Window(cfg.tenantMsgLimit, cfg.tenantWindowMs, this);
     this.user = cfg.userMsgLimit === 0 ? null : new Window(cfg.userMsgLimit, cfg.userWindowMs, this);
-    this.tenantConnect = cfg.tenantConnectLimit === 0 ? null : new Window(cfg.tenantConnectLimit, cfg.tenantConnectWindowMs, this);
-    this.ipLimit = cfg.ipConnectLimit;
-    this.ipWindowMs = cfg.ipWindowMs;
+    this.ip = new ExactWindow(cfg.ipConnectLimit, cfg.ipWindowMs, this);
+    this.tenantConnect = cfg.tenantConnectLimit === 0 ? null : new ExactWindow(cfg.tenantConnectLimit, cfg.tenantConnectWindowMs, this);
     this.redis = client === undefined ? undefined : new RedisWindowStore(client);
     this.health = client === undefined ? undefined : health ?? new RedisHealth(client);
   }
@@ -100,7 +132,6 @@ export class SharedLimits {
       const now = Date.now();
       this.tenant.tick(now);
       this.user?.tick(now);
-      this.tenantConnect?.tick(now);
     }, TICK_MS);
     this.timer.unref();
   }
@@ -124,13 +155,14 @@ export class SharedLimits {
   }
 
   /**
-   * An upgrade with a valid token of `tenant` (`tenantConnectWindowKey`):
-   * 0 when it may go on, else the ms to wait. Decided on the spot from this
-   * shard's allowance and settled in batches like the publish windows, so an
-   * upgrade waits on no store for it.
+   * An upgrade with a valid token of a tenant (`tenantConnectWindowKey`):
+   * resolves 0 when it may go on, else the ms to wait; 0 at once while
+   * WS_TENANT_CONNECT_LIMIT is off. Counted by the store exactly, as the IP
+   * window is (see `connect`): a tenant's first burst of upgrades is not cut
+   * to a cold key's small local allowance.
    */
-  tenantUpgrade(windowKey: string, now: number): number {
-    return this.tenantConnect === null ? 0 : this.tenantConnect.limiter.hit(windowKey, now);
+  tenantUpgrade(windowKey: string): Promise<number> {
+    return this.tenantConnect === null ? Promise.resolve(0) : this.tenantConnect.check(windowKey);
   }
 
   /**
@@ -143,27 +175,8 @@ export class SharedLimits {
    * of upgrades.
    */
   connect(ip: string): Promise<number> {
-    return new Promise((resolve, reject) => {
-      this.ipQueue.push({ key: ipWindowKey(ip), resolve, reject });
-      if (this.ipQueue.length === 1) setImmediate(this.flushIp);
-    });
+    return this.ip.check(ipWindowKey(ip));
   }
-
-  private ipQueue: { readonly key: string; readonly resolve: (ms: number) => void; readonly reject: (err: unknown) => void }[] = [];
-
-  private readonly flushIp = (): void => {
-    const queue = this.ipQueue;
-    this.ipQueue = [];
-    const limit = this.ipLimit;
-    this.settle(queue.map((q) => ({ key: q.key, hits: 1 })), limit, this.ipWindowMs, Date.now()).then((states) => {
-      for (let i = 0; i < queue.length; i++) {
-        const st = states[i]!;
-        queue[i]!.resolve(st.count <= limit ? 0 : Math.max(1, st.retryAfterMs));
-      }
-    }, (err: unknown) => {
-      for (const q of queue) q.reject(err);
-    }).catch((err: unknown) => this.log.error({ err }, 'answering upgrade limit checks failed'));
-  };
 
   /** Redis commands the limits sent (a Redis store counts its own). */
   get redisCommands(): number {

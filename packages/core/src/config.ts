@@ -371,7 +371,8 @@ const schema = [
     name: 'WS_USER_MSG_LIMIT', key: 'userMsgLimit', section: 'Tenant, user and IP limits',
     type: int(0, 1_000_000_000, 'publishes per window; 0 = off'), default: 0,
     doc: 'Publishes one user (a token\'s `sub`, per tenant) may make per `WS_USER_WINDOW_MS`, summed over every socket of the user ' +
-      'on every node (sliding window); above it publishes get `user_rate_limited` with `retryAfterMs`, which is not a strike.',
+      'on every node (sliding window); above it publishes get `user_rate_limited` with `retryAfterMs`, which is not a strike. ' +
+      'Applies with `WS_AUTH=jwt` (with `WS_AUTH=none` there are no users).',
   }),
   v({
     name: 'WS_USER_WINDOW_MS', key: 'userWindowMs', section: 'Tenant, user and IP limits',
@@ -392,7 +393,8 @@ const schema = [
   v({
     name: 'WS_MAX_USER_SOCKETS', key: 'maxUserSockets', section: 'Tenant, user and IP limits',
     type: int(0, 1_000_000, 'sockets; 0 = off'), default: 0,
-    doc: 'Open sockets one user may hold across the cluster; the upgrade of one more gets 429 `too_many_sockets`.',
+    doc: 'Open sockets one user may hold across the cluster; the upgrade of one more gets 429 `too_many_sockets`. ' +
+      'Applies with `WS_AUTH=jwt`. While Redis is unreachable it is not applied (upgrades go on, counted).',
   }),
 
   // Redis

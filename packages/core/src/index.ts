@@ -17,3 +17,4 @@ export * from './guard.ts';
 export * from './handshake.ts';
 export * from './socket-options.ts';
 export * from './control.ts';
+export * from './user-sockets.ts';

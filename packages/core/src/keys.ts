@@ -154,7 +154,7 @@ export function userChannel(tenant: string, user: string): string {
 
 /**
  * A user's open sockets across the cluster (WS_MAX_USER_SOCKETS, `online`):
- * a hash of node id to count, each node's field refreshed within its TTL.
+ * a hash of holder (a shard generation, `HOLDERS_KEY`) to count.
  */
 export function userSocketsKey(tenant: string, user: string): string {
   return `${REDIS_PREFIX}us:${userTag(tenant, user)}`;
@@ -168,6 +168,19 @@ export function userSocketsKey(tenant: string, user: string): string {
  * ZREMRANGEBYSCORE (with Cluster it lives in one slot, like any key).
  */
 export const REVOCATIONS_KEY = `${REDIS_PREFIX}rv`;
+
+/** `userSocketsKey` of a `userKey` (`<tenant>/@<user>`: a tenant never holds a `/`). */
+export function userSocketsKeyOf(key: string): string {
+  const at = key.indexOf('/@');
+  return userSocketsKey(key.slice(0, at), key.slice(at + 2));
+}
+
+/**
+ * The holders of user sockets (WS_MAX_USER_SOCKETS): a sorted set of shard
+ * generations, scored by when each last said it was alive (ms). A user's
+ * count (`userSocketsKey`) sums only the fields of live holders.
+ */
+export const HOLDERS_KEY = `${REDIS_PREFIX}holders`;
 
 /**
  * The cluster's control channel: revocations, disconnects and server-side

@@ -3,3 +3,4 @@ export * from './client.ts';
 export * from './window-store.ts';
 export * from './sharded.ts';
 export * from './health.ts';
+export * from './user-sockets.ts';

@@ -7,16 +7,19 @@
  * record it makes.
  */
 import { ANONYMOUS, checkHandshake, chooseSubprotocol, clientAddress, type Identity, type OriginRule, parseOriginList,
-  type Refusal, retryAfterSeconds, retryHint, type Revocations, tenantConnectWindowKey } from '@sluice/core';
+  type Refusal, retryAfterSeconds, retryHint, type Revocations, tenantConnectWindowKey, userKey } from '@sluice/core';
 import { endSpan, type Span } from '@sluice/telemetry';
 import { type HttpRequest, type HttpResponse, upgradeCorked, type us_socket_context_t } from '@sluice/uws';
 import { tokenFrom, type Verifier } from '../auth.ts';
 import type { SharedLimits } from '../shared-limits.ts';
+import type { UserSocketCap } from '../user-socket-cap.ts';
 import type { ShardContext } from './context.ts';
 import { newSocketData } from './socket-data.ts';
 
 /** Why `admit` refused a valid token: it is revoked. */
 const REVOKED = 'revoked\u0000';
+/** Why `admit` refused a valid token: its user holds WS_MAX_USER_SOCKETS sockets. */
+const TOO_MANY = 'too many\u0000';
 /** The tenant's upgrade window is full: wait this long. */
 interface TenantFull {
   readonly tenantWaitMs: number;
@@ -36,6 +39,8 @@ export class Admission {
     private readonly available: () => boolean,
     /** The revocations in force: a revoked token gets 401 `token_revoked`. */
     private readonly revocations: Revocations,
+    /** WS_MAX_USER_SOCKETS: null when off. */
+    private readonly cap: UserSocketCap | null,
   ) {
     const cfg = ctx.cfg;
     this.origins = cfg.allowedOrigins === undefined ? undefined : parseOriginList(cfg.allowedOrigins);
@@ -81,10 +86,15 @@ export class Admission {
       if (aborted) outcome = 'aborted';
       else if (typeof who === 'number') outcome = this.refuseIp(res, who);
       else if (who === REVOKED) outcome = this.refuse(res, { reason: 'token_revoked', status: '401 Unauthorized', why: 'revoked' });
+      else if (who === TOO_MANY) outcome = this.refuse(res, { reason: 'too_many_sockets', status: '429 Too Many Requests', why: 'user at cap' });
       else if (typeof who === 'string') outcome = this.refuse(res, { reason: 'unauthorized', status: '401 Unauthorized', why: who });
       else if ('tenantWaitMs' in who) outcome = this.refuseWithRetry(res, 'tenant_rate_limited', '429 Too Many Requests', who.tenantWaitMs);
       else if (!this.available()) outcome = this.refuseUnavailable(res);
       else outcome = this.accept(res, context, key, protocol, extensions, ip, who);
+      // A claimed place the upgrade did not take (aborted, or the node became unavailable) is given back.
+      if (this.cap !== null && outcome !== 'accepted' && typeof who === 'object' && !('tenantWaitMs' in who)) {
+        this.cap.release(userKey(who.tenant, who.user));
+      }
       if (span !== undefined) {
         span.setAttribute('sluice.outcome', outcome);
         if (typeof who === 'object' && !('tenantWaitMs' in who)) span.setAttribute('sluice.tenant', who.tenant);
@@ -120,8 +130,10 @@ export class Admission {
     if (!v.ok) return v.why;
     // Two map lookups: the revocations are in memory (fed by the coordinator).
     if (this.revocations.size > 0 && this.revocations.revoked(v.identity, now)) return REVOKED;
-    const tenantWaitMs = this.limits.tenantUpgrade(tenantConnectWindowKey(v.identity.tenant), now);
-    return tenantWaitMs === 0 ? v.identity : { tenantWaitMs };
+    const tenantWaitMs = await this.limits.tenantUpgrade(tenantConnectWindowKey(v.identity.tenant));
+    if (tenantWaitMs !== 0) return { tenantWaitMs };
+    if (this.cap !== null && !(await this.cap.claim(userKey(v.identity.tenant, v.identity.user)))) return TOO_MANY;
+    return v.identity;
   }
 
   /** A plain-HTTP refusal at the upgrade; no socket is opened. `why` goes to the debug log, never a token. */
@@ -162,7 +174,7 @@ export class Admission {
   private accept(res: HttpResponse, context: us_socket_context_t, key: string, protocol: string, extensions: string, ip: string,
     who: Identity): 'accepted' {
     const t = this.ctx.task;
-    const data = newSocketData(`${t.nodeId}.${t.shard}.${t.generation}.${(++this.seq).toString(36)}`, who, ip, this.ctx.cfg.userMsgLimit > 0);
+    const data = newSocketData(`${t.nodeId}.${t.shard}.${t.generation}.${(++this.seq).toString(36)}`, who, ip, this.ctx.cfg.userMsgLimit > 0 && this.verifier !== null);
     this.ctx.counters.upgrades.accepted++;
     // Not res.cork(): see upgradeCorked.
     upgradeCorked(res, () => res.upgrade(data, key, protocol, extensions, context));

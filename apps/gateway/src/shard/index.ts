@@ -10,7 +10,8 @@
  * parts: admission (upgrades), session (frames and commands), topics,
  * recovery, fan-out (with the slow lane), replies, drain, metrics, tracing.
  */
-import { effectiveSlowBufferBytes, PendingRequests, retryHint, Revocations, type WindowState } from '@sluice/core';
+import { effectiveSlowBufferBytes, PendingRequests, retryHint, Revocations, type UserSocketStore, type WindowState } from '@sluice/core';
+import { RedisUserSockets } from '@sluice/redis';
 import { PROTOCOL_VERSION } from '@sluice/protocol';
 import { loadTracing, registerThreadMetrics } from '@sluice/telemetry';
 import { loadUws, type us_listen_socket, useUpgradeCork, type Uws } from '@sluice/uws';
@@ -21,6 +22,7 @@ import type { SharedLimits } from '../shared-limits.ts';
 import type { ShardBroker } from '../shard-broker.ts';
 import { Flag, SharedState } from '../shared-state.ts';
 import { SlowLane } from '../slow-lane.ts';
+import { UserSocketCap } from '../user-socket-cap.ts';
 import { AdminActions } from './admin-actions.ts';
 import { Admission } from './admission.ts';
 import { buildApp } from './app.ts';
@@ -78,6 +80,10 @@ class Shard {
   private readonly threadMetrics: { stop(): void };
   /** Settles waiting for the coordinator's memory window store. */
   private readonly settles = new PendingRequests<readonly WindowState[]>();
+  /** Claims waiting for the coordinator's user-socket store (embedded mode). */
+  private readonly userClaims = new PendingRequests<readonly boolean[]>();
+  /** WS_MAX_USER_SOCKETS: null when off. */
+  private readonly cap: UserSocketCap | null;
   private listenSocket: us_listen_socket | null = null;
   private sweepTimer: NodeJS.Timeout | undefined;
   private stopping = false;
@@ -117,12 +123,14 @@ class Shard {
     const now = Date.now();
     for (const r of task.revocations) this.revocations.add(r, now);
     const users = new UserIndex<Socket>();
+    this.cap = cfg.maxUserSockets === 0 || cfg.auth !== 'jwt' ? null : new UserSocketCap(cfg.maxUserSockets, this.userStore(), `${task.nodeId}.${task.shard}.${task.generation}`,
+      ctx.log, () => users.counts(), this.backplane.redis?.health);
     this.session = new Session(ctx, {
       metrics: this.metrics, broker: this.broker, limits: this.limits, shared: this.shared, topics, recoveries, lane, replies: new Replies(),
-      verifier, revocations: this.revocations, users,
+      verifier, revocations: this.revocations, users, cap: this.cap,
     });
     this.actions = new AdminActions(ctx, this.session, users, this.revocations);
-    const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable(), this.revocations);
+    const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable(), this.revocations, this.cap);
     const app = buildApp(this.uws, cfg, ctx.log, {
       admission,
       opened: this.session.opened,
@@ -136,10 +144,28 @@ class Shard {
     task.control.on('message', (m: ToShardControl) => this.control(m));
     this.metrics.register({
       counters: ctx.counters, sockets: () => this.session.sockets.size, users: () => users.size, lane, bufferedBytes: () => this.fanOut.bufferedBytes,
-      broker: this.broker.stats, limits: this.limits, suppressed: ctx.suppressed,
+      broker: this.broker.stats, limits: this.limits, suppressed: ctx.suppressed, cap: this.cap,
     });
     this.threadMetrics = registerThreadMetrics(registry, `shard${task.shard}`);
     this.app = app;
+  }
+
+  /** Where user sockets are counted: Redis in cluster mode, else the coordinator's memory store (over the control port). */
+  private userStore(): UserSocketStore {
+    const redis = this.backplane.redis;
+    if (redis !== undefined) return new RedisUserSockets(redis.client);
+    return {
+      claim: (holder, keys, max, now) => this.userClaims.request((rid) => this.tell({ op: 'claim', rid, holder, keys, max, now })),
+      release: (holder, counts, now) => {
+        this.tell({ op: 'release', holder, counts: [...counts], now });
+        return Promise.resolve();
+      },
+      beat: (holder, now) => {
+        this.tell({ op: 'beat', holder, now });
+        return Promise.resolve();
+      },
+      count: () => Promise.reject(new Error('not asked of a shard')),
+    };
   }
 
   run(): Promise<ShardExit> {
@@ -174,6 +200,7 @@ class Shard {
       this.sweepTimer.unref();
       this.fanOut.start();
       this.limits.start();
+      this.cap?.start();
       this.tell({ op: 'listening', port: this.uws.us_socket_local_port(ls as never) });
     });
   }
@@ -225,6 +252,9 @@ class Shard {
         return;
       case 'settled':
         this.settles.answer(m.rid, m.states);
+        return;
+      case 'claimed':
+        this.userClaims.answer(m.rid, m.fits);
         return;
     }
   }
@@ -288,7 +318,9 @@ class Shard {
     this.fanOut.stop();
     this.session.stop();
     this.limits.stop();
+    this.cap?.stop();
     this.settles.close('the shard stopped');
+    this.userClaims.close('the shard stopped');
     this.threadMetrics.stop();
   }
 

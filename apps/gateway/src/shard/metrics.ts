@@ -56,6 +56,8 @@ export interface MetricSources {
     readonly stats: { readonly settles: Record<string, number>; readonly settled: Record<string, number>; readonly fallbacks: number };
   };
   readonly suppressed: SuppressedCounts;
+  /** WS_MAX_USER_SOCKETS (null when off). */
+  readonly cap: { readonly stats: { readonly failedOpen: number } } | null;
 }
 
 export class ShardMetrics {
@@ -105,6 +107,9 @@ export class ShardMetrics {
       () => limits.stats.settled);
     counterFrom(r, 'sluice_log_lines_suppressed_total', 'Log lines left out by the per-kind log throttle (a flood of bad input), by level.',
       'level', () => s.suppressed);
+    counterFrom(r, 'sluice_user_socket_cap_skipped_total',
+      'Upgrades let through without the WS_MAX_USER_SOCKETS check because the store (Redis) did not answer.', undefined,
+      () => s.cap?.stats.failedOpen ?? 0);
     counterFrom(r, 'sluice_limiter_fallbacks_total', 'Limit settles Redis failed and this node\'s memory store took.', undefined,
       () => limits.stats.fallbacks);
   }

@@ -22,6 +22,7 @@ import type { Replies } from './replies.ts';
 import { closeSocket, type Socket, type SocketData } from './socket-data.ts';
 import type { Topics } from './topics.ts';
 import type { UserIndex } from './users.ts';
+import type { UserSocketCap } from '../user-socket-cap.ts';
 
 const CRASH_FRAME = '{"type":"debug.crash"}';
 const utf8 = new TextDecoder();
@@ -41,6 +42,8 @@ export interface SessionParts {
   readonly revocations: Revocations;
   /** This shard's open sockets by user. */
   readonly users: UserIndex<Socket>;
+  /** WS_MAX_USER_SOCKETS: every socket claimed one at its upgrade and gives it back at its close; null when off. */
+  readonly cap: UserSocketCap | null;
 }
 
 export class Session {
@@ -85,6 +88,7 @@ export class Session {
     d.open = false;
     this.sockets.delete(ws);
     this.p.users.delete(d.userKey, ws);
+    this.p.cap?.release(d.userKey);
     this.p.shared.addSockets(this.ctx.task.shard, -1);
     if (d.expiresAt !== Infinity) this.expiry.delete(ws, d.expiresAt);
     this.p.lane.forget(ws, d);

@@ -164,6 +164,7 @@ describe('user and tenant limits on two nodes sharing one Redis', () => {
     const killed = Date.now();
     b.proc.kill('SIGKILL');
     await b.waitExit(5000);
+    for (const c of [...onB, third!]) await c.closedBy(5000);
     // One attempt every 400 ms: the tenant's upgrade window (10 per 3 s) counts every attempt.
     const more: Client[] = [];
     const deadline = Date.now() + 20_000;

@@ -183,11 +183,11 @@ export function controlCommand(path: '/v1/revoke' | '/v1/disconnect' | '/v1/subs
       let target: DisconnectTarget;
       if (user !== undefined) target = { tenant, user: subject(user, 'user') };
       else {
-        if (body.tenant !== undefined) throw bad('a connectionId names one socket: leave tenant out');
         if (typeof connectionId !== 'string' || !CONNECTION_ID.test(connectionId)) {
           throw bad('connectionId must be a connection id as the welcome frame gives it (letters, digits and dots, at most 200)');
         }
-        target = { connectionId };
+        // With a tenant, the socket is closed only if it is that tenant's.
+        target = body.tenant === undefined ? { connectionId } : { connectionId, tenant };
       }
       return { op: 'disconnect', target, retry: reconnect };
     }
@@ -213,8 +213,8 @@ function bad(message: string): Refused {
   return new Refused(400, 'bad_request', message);
 }
 
-/** The fields of an admin publish: a client publish frame's, without `type` and `ref`, and a tenant. */
-const PUBLISH_FIELDS = ['tenant', 'topic', 'data', 'key', 'ephemeral', 'idempotencyKey', 'traceparent'];
+/** The fields of an admin publish: a client publish frame's without `type` (a `ref` is taken and ignored, as v1 did), and a tenant. */
+const PUBLISH_FIELDS = ['tenant', 'topic', 'data', 'key', 'ephemeral', 'idempotencyKey', 'traceparent', 'ref'];
 
 async function publish(deps: AdminDeps, req: IncomingMessage, obj: Record<string, unknown>, res: ServerResponse): Promise<void> {
   for (const k of Object.keys(obj)) {

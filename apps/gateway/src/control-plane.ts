@@ -17,7 +17,7 @@
  * name. Disconnects and subscribes sent while a node could not hear are not
  * replayed: they concern the sockets open at that moment.
  */
-import { type ControlCommand, decodeRevocation, encodeRevocation, type Config, CONTROL_CHANNEL, type Revocation, Revocations,
+import { type ControlCommand, decodeRevocation, isControlCommand, encodeRevocation, type Config, CONTROL_CHANNEL, type Revocation, Revocations,
   REVOCATIONS_KEY } from '@sluice/core';
 import { createRedisClient, type RedisClient } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
@@ -37,6 +37,8 @@ export class ControlPlane {
   applied = 0;
   /** Commands from other nodes carried out here. */
   received = 0;
+  /** Messages on the control channel that were not a command this node knows (another version, or not Sluice's). */
+  ignored = 0;
   private sub: RedisClient | undefined;
   private pruneTimer: NodeJS.Timeout | undefined;
 
@@ -77,10 +79,18 @@ export class ControlPlane {
     if (this.redis !== undefined) {
       try {
         if (cmd.op === 'revoke') await this.redis.zadd(REVOCATIONS_KEY, cmd.revocation.expiresAt, encodeRevocation(cmd.revocation));
-        await this.redis.publish(CONTROL_CHANNEL, JSON.stringify({ from: this.nodeId, cmd } satisfies Envelope));
       } catch (err) {
         this.log.warn({ err, op: cmd.op }, 'admin command not sent: redis did not take it');
         return { ok: false, reason: 'unavailable', message: 'redis did not take the command, so no node acts on it; retry' };
+      }
+      try {
+        await this.redis.publish(CONTROL_CHANNEL, JSON.stringify({ from: this.nodeId, cmd } satisfies Envelope));
+      } catch (err) {
+        this.log.warn({ err, op: cmd.op }, 'admin command not sent: redis did not take it');
+        // A revocation is in the set by now: nodes apply it when they next read it (a reconnect, a restart).
+        return { ok: false, reason: 'unavailable', message: cmd.op === 'revoke'
+          ? 'the revocation was stored but not sent: nodes apply it only when they next read the stored set (a reconnect or a restart); retry'
+          : 'redis did not take the command, so no node acts on it; retry' };
       }
     }
     this.carry(cmd, this.nodeId);
@@ -94,21 +104,23 @@ export class ControlPlane {
     this.carryOut(cmd, origin);
   }
 
+  /** A message on the control channel: checked in full before anything acts on it (it may come from any Redis client). */
   private fromChannel(message: string): void {
-    let env: Envelope;
+    let env: unknown;
     try {
-      env = JSON.parse(message) as Envelope;
-    } catch (err) {
-      this.log.warn({ err }, 'control channel: a message that is not JSON, ignored');
+      env = JSON.parse(message);
+    } catch {
+      env = undefined;
+    }
+    const e = env as Partial<Envelope> | null | undefined;
+    if (typeof e !== 'object' || e === null || typeof e.from !== 'string' || !isControlCommand(e.cmd)) {
+      this.ignored++;
+      this.log.warn({ message: message.slice(0, 200) }, 'control channel: not a command this node knows, ignored');
       return;
     }
-    if (env.from === this.nodeId) return;
-    if (typeof env.cmd !== 'object' || env.cmd === null || typeof env.cmd.op !== 'string') {
-      this.log.warn({ from: env.from }, 'control channel: a message without a command, ignored');
-      return;
-    }
+    if (e.from === this.nodeId) return;
     this.received++;
-    this.carry(env.cmd, env.from);
+    this.carry(e.cmd, e.from);
   }
 
   /** Every revocation in force, from Redis: after a (re)connect of the subscriber. */

@@ -138,7 +138,9 @@ export class Coordinator {
       this.redis = new RedisWatch(cfg, this.shared, this.log);
       this.redis.registerMetrics(this.registry, this.shared);
     }
-    this.control = new ControlPlane(cfg, this.log, this.nodeId, (cmd, origin) => void this.carryOut(cmd, origin), this.redis?.client);
+    this.control = new ControlPlane(cfg, this.log, this.nodeId, (cmd, origin) => {
+      this.carryOut(cmd, origin).catch((err: unknown) => this.log.error({ err, op: cmd.op }, 'carrying out an admin command failed'));
+    }, this.redis?.client);
     this.control.start();
     await Promise.all(Array.from({ length: cfg.workers }, (_, i) => this.startShard(i, this.publicPort)));
     this.admin = createAdminServer({
@@ -411,6 +413,9 @@ export class Coordinator {
     gaugeFrom(r, 'sluice_revocations', 'Revocations in force that this node holds in memory.', () => this.control?.revocations.size ?? 0, 'max');
     counterFrom(r, 'sluice_control_commands_received_total', 'Admin commands from other nodes carried out here (cluster mode).', undefined,
       () => this.control?.received ?? 0);
+    counterFrom(r, 'sluice_control_messages_ignored_total',
+      'Messages on the control channel that were not a command this node knows (another version, or not from Sluice), ignored.', undefined,
+      () => this.control?.ignored ?? 0);
     counterFrom(r, 'sluice_shard_restarts_total', 'Shard threads restarted after a crash.', undefined, () => this.restarts);
     gaugeFrom(r, 'sluice_draining', '1 while the node drains, else 0.', () => (this.draining ? 1 : 0), 'max');
     gaugeFrom(r, 'sluice_drain_elapsed_seconds', 'Seconds since the drain in progress began; 0 when none.',

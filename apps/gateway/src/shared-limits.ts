@@ -83,11 +83,21 @@ class ExactWindow {
     const queue = this.queue;
     this.queue = [];
     const limit = this.limit;
-    this.owner.settle(queue.map((q) => ({ key: q.key, hits: 1 })), limit, this.windowMs, Date.now()).then((states) => {
-      for (let i = 0; i < queue.length; i++) {
-        const st = states[i]!;
-        queue[i]!.resolve(st.count <= limit ? 0 : Math.max(1, st.retryAfterMs));
-      }
+    // One entry per key, however many attempts it had in this turn: a storm from one tenant is one script, not one per upgrade.
+    const byKey = new Map<string, number[]>();
+    queue.forEach((q, i) => {
+      const list = byKey.get(q.key);
+      if (list === undefined) byKey.set(q.key, [i]);
+      else list.push(i);
+    });
+    const keys = [...byKey.keys()];
+    this.owner.settle(keys.map((key) => ({ key, hits: byKey.get(key)!.length })), limit, this.windowMs, Date.now()).then((states) => {
+      keys.forEach((key, k) => {
+        const st = states[k]!;
+        const attempts = byKey.get(key)!;
+        // The store counted them all; the first ones in order take the room there was.
+        attempts.forEach((i, j) => queue[i]!.resolve(st.count - attempts.length + j + 1 <= limit ? 0 : Math.max(1, st.retryAfterMs)));
+      });
     }, (err: unknown) => {
       for (const q of queue) q.reject(err);
     }).catch((err: unknown) => this.owner.log.error({ err }, 'answering upgrade limit checks failed'));

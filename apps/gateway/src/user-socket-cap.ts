@@ -18,10 +18,12 @@ import { HOLDER_BEAT_MS, type UserSocketStore } from '@sluice/core';
 import type { RedisHealth } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 
+export type Claim = 'claimed' | 'refused' | 'skipped';
+
 export class UserSocketCap {
   private holder: string;
   private epoch = 0;
-  private claims: { readonly key: string; readonly resolve: (ok: boolean) => void }[] = [];
+  private claims: { readonly key: string; readonly resolve: (c: Claim) => void }[] = [];
   private releases = new Map<string, number>();
   private releaseScheduled = false;
   private timer: NodeJS.Timeout | undefined;
@@ -53,8 +55,12 @@ export class UserSocketCap {
     if (this.timer !== undefined) clearInterval(this.timer);
   }
 
-  /** One socket of `key`: resolves whether it fits under WS_MAX_USER_SOCKETS; never rejects. */
-  claim(key: string): Promise<boolean> {
+  /**
+   * One socket of `key`: `claimed` (it fits, and is counted), `refused`
+   * (the user is at WS_MAX_USER_SOCKETS), or `skipped` (the store did not
+   * answer: let through, not counted, so not to be released). Never rejects.
+   */
+  claim(key: string): Promise<Claim> {
     return new Promise((resolve) => {
       this.claims.push({ key, resolve });
       if (this.claims.length === 1) setImmediate(this.flushClaims);
@@ -75,18 +81,19 @@ export class UserSocketCap {
     this.claims = [];
     if (this.health !== undefined && !this.health.up) {
       this.stats.failedOpen += batch.length;
-      for (const c of batch) c.resolve(true);
+      for (const c of batch) c.resolve('skipped');
       return;
     }
     this.store.claim(this.holder, batch.map((c) => c.key), this.max, Date.now()).then((fits) => {
       batch.forEach((c, i) => {
         if (!fits[i]) this.stats.refused++;
-        c.resolve(fits[i]!);
+        c.resolve(fits[i]! ? 'claimed' : 'refused');
       });
     }, (err: unknown) => {
+      // Some of the batch may have been counted before the failure: on the strict side until the next outage's reclaim.
       this.stats.failedOpen += batch.length;
       this.log.warn({ err, claims: batch.length }, 'user socket claims failed: the upgrades go on without WS_MAX_USER_SOCKETS');
-      for (const c of batch) c.resolve(true);
+      for (const c of batch) c.resolve('skipped');
     });
   };
 
@@ -94,9 +101,11 @@ export class UserSocketCap {
     this.releaseScheduled = false;
     const counts = this.releases;
     this.releases = new Map();
+    // While Redis is down they are dropped: the reclaim after the outage counts the open sockets afresh.
     if (this.health !== undefined && !this.health.up) return;
     this.store.release(this.holder, counts, Date.now()).catch((err: unknown) => {
-      this.log.warn({ err, users: counts.size }, 'user socket releases failed; they stop counting when this shard takes a new holder id');
+      this.log.warn({ err, users: counts.size }, 'user socket releases failed; trying again with the next ones');
+      for (const [key, n] of counts) this.releases.set(key, (this.releases.get(key) ?? 0) + n);
     });
   };
 
@@ -109,7 +118,12 @@ export class UserSocketCap {
 
   /** After an outage: a new holder id, and every open socket claimed again under it (past the cap: they are open). */
   private reclaim(): void {
+    const old = this.holder;
     this.holder = this.holderId();
+    // The old id stops counting now, not HOLDER_TTL_MS after its last beat: the open sockets are claimed again below.
+    this.store.retire(old).catch(() => {
+      // It stops counting at its TTL anyway.
+    });
     const keys: string[] = [];
     for (const [key, n] of this.held()) for (let i = 0; i < n; i++) keys.push(key);
     this.beat();

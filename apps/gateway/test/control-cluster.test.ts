@@ -59,6 +59,21 @@ describe('control across two nodes on one Redis', () => {
     bystander.close();
   });
 
+  test('messages on the control channel that are not commands are ignored: no node or shard goes down', async () => {
+    const c = await Client.connect(b.url(), bearer(await token({ sub: 'c-garbage' })));
+    const garbage = ['null', 'not json', '[]', '{"from":"x"}', '{"from":"x","cmd":{"op":"disconnect"}}',
+      '{"from":"x","cmd":{"op":"revoke","revocation":null}}', '{"from":"x","cmd":{"op":"revocations","list":1}}',
+      '{"from":"x","cmd":{"op":"a-newer-command","user":"c-garbage"}}', '{"from":"x","cmd":{"op":"subscribe","tenant":"default"}}'];
+    for (const m of garbage) await redis.cli('PUBLISH', 'sluice:ctl', m);
+    for (const gw of [a, b]) await eventually(async () => (await metricValue(gw, 'sluice_control_messages_ignored_total')) === garbage.length);
+    assert.equal((await c.request({ type: 'ping' })).type, 'pong');
+    for (const gw of [a, b]) assert.ok(gw.alive);
+    assert.equal(await metricValue(b, 'sluice_shard_restarts_total'), 0);
+    // A well-formed command from "another node" is carried out.
+    await redis.cli('PUBLISH', 'sluice:ctl', JSON.stringify({ from: 'x', cmd: { op: 'disconnect', target: { tenant: 'default', user: 'c-garbage' }, retry: false } }));
+    assert.equal((await c.closedBy(1000)).code, 1008);
+  });
+
   test('a node started after the revocation refuses the token from its first upgrade', async () => {
     const old = await token({ sub: 'c-late' });
     assert.equal((await a.adminPost('/v1/revoke', { user: 'c-late' })).status, 202);

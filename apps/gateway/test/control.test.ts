@@ -108,7 +108,10 @@ describe('server-side control, one node with two shards (WS_AUTH=jwt)', () => {
     }
     const pair = await socketsOnBothShards(gw, t, 2);
     const [one, two] = pair;
-    assert.equal((await gw.adminPost('/v1/disconnect', { connectionId: one!.welcome.connectionId })).status, 202);
+    // With a tenant, only a socket of that tenant is closed.
+    assert.equal((await gw.adminPost('/v1/disconnect', { connectionId: one!.welcome.connectionId, tenant: 'acme' })).status, 202);
+    await alive(one!);
+    assert.equal((await gw.adminPost('/v1/disconnect', { connectionId: one!.welcome.connectionId, tenant: 'default' })).status, 202);
     assert.equal((await one!.closedBy(1000)).code, 1008);
     await alive(two!);
     assert.equal((await gw.adminPost('/v1/disconnect', { connectionId: 'ffffffff.0.0.zz' })).status, 202, 'nobody matched: still accepted');
@@ -169,7 +172,17 @@ describe('server-side control, one node with two shards (WS_AUTH=jwt)', () => {
     for (const s of sockets) s.close();
   });
 
-  test('every bad admin body gets 400 with a message and changes nothing', async () => {
+  test('subscribe on a topic the socket joined itself sends nothing, and a refresh then keeps it', async () => {
+    const c = await Client.connect(gw.url(), bearer(await token({ sub: 'own-join', topics: ['room:*'] })));
+    assert.equal((await c.request({ type: 'join', topic: 'room:own' })).status, 'ok');
+    assert.equal((await gw.adminPost('/v1/subscribe', { user: 'own-join', topic: 'room:own' })).status, 202);
+    assert.equal((await c.request({ type: 'refresh', token: await token({ sub: 'own-join', topics: [] }) })).status, 'ok');
+    assert.ok(!c.frames.some((f) => f.type === 'subscribed' || f.type === 'unsubscribed'), JSON.stringify(c.frames));
+    assert.equal((await c.request({ type: 'leave', topic: 'room:own' })).status, 'ok', 'still joined');
+    c.close();
+  });
+
+    test('every bad admin body gets 400 with a message and changes nothing', async () => {
     const t = await token({ sub: 'bad-input' });
     const [c] = await socketsOnBothShards(gw, t, 2);
     const cases: [string, unknown, RegExp][] = [
@@ -185,7 +198,6 @@ describe('server-side control, one node with two shards (WS_AUTH=jwt)', () => {
       ['/v1/disconnect', {}, /exactly one of user and connectionId/],
       ['/v1/disconnect', { user: 'bad-input', reconnect: 'yes' }, /reconnect must be true or false/],
       ['/v1/disconnect', { connectionId: '../etc' }, /connectionId must be/],
-      ['/v1/disconnect', { connectionId: 'a.b', tenant: 'default' }, /leave tenant out/],
       ['/v1/subscribe', { user: 'bad-input' }, /topic must match/],
       ['/v1/subscribe', { user: 'bad-input', topic: 'has space' }, /topic must match/],
       ['/v1/subscribe', { user: 'bad-input', topic: '$user' }, /topic must match/],

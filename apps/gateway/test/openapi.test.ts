@@ -268,7 +268,7 @@ function errorCases(): Map<string, ErrorCase[]> {
     field('disconnect', 'none', 'a body naming nobody', {}, 'user'),
     field('disconnect', 'none', 'a body naming nobody, with reconnect', { reconnect: true }, 'user'),
     field('disconnect', 'none', 'both user and connectionId', { user: 'u1', connectionId: 'a.1.0.1' }, 'connectionId'),
-    field('disconnect', 'none', 'a connectionId with a tenant', { tenant: 'default', connectionId: 'a.1.0.1' }, 'tenant'),
+    field('disconnect', 'none', 'a connectionId with a bad tenant', { tenant: 'no spaces', connectionId: 'a.1.0.1' }, 'tenant'),
     field('disconnect', 'none', 'a connectionId that breaks the pattern', { connectionId: 'a/1' }, 'connectionId'),
     field('disconnect', 'none', 'a connectionId of 201 characters', { connectionId: 'a'.repeat(201) }, 'connectionId'),
     field('disconnect', 'none', 'an empty connectionId', { connectionId: '' }, 'connectionId'),

@@ -12,10 +12,10 @@ export type Revocation =
   | { readonly kind: 'user'; readonly tenant: string; readonly user: string; readonly at: number; readonly expiresAt: number }
   | { readonly kind: 'token'; readonly tenant: string; readonly jti: string; readonly expiresAt: number };
 
-/** Which sockets a disconnect closes: a user's, or one connection. */
+/** Which sockets a disconnect closes: a user's, or one connection (when `tenant` is given, only if it is that tenant's). */
 export type DisconnectTarget =
   | { readonly tenant: string; readonly user: string }
-  | { readonly connectionId: string };
+  | { readonly connectionId: string; readonly tenant?: string };
 
 export type ControlCommand =
   | { readonly op: 'revoke'; readonly revocation: Revocation }
@@ -31,6 +31,43 @@ export type ControlAction = 'revoke' | 'disconnect' | 'subscribe' | 'unsubscribe
 /** The admin action a command counts under (`revocations` is a revoke). */
 export function actionOf(cmd: ControlCommand): ControlAction {
   return cmd.op === 'revocations' ? 'revoke' : cmd.op;
+}
+
+const isStr = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
+const isNum = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+
+function isRevocation(v: unknown): v is Revocation {
+  if (typeof v !== 'object' || v === null) return false;
+  const r = v as Record<string, unknown>;
+  if (!isStr(r.tenant) || !isNum(r.expiresAt)) return false;
+  return r.kind === 'user' ? isStr(r.user) && isNum(r.at) : r.kind === 'token' && isStr(r.jti);
+}
+
+/**
+ * Whether `v` is a command this version knows, in full: what a node checks
+ * before it acts on one from the control channel (another node's, maybe of
+ * another version, or anything a Redis client published there).
+ */
+export function isControlCommand(v: unknown): v is ControlCommand {
+  if (typeof v !== 'object' || v === null) return false;
+  const c = v as Record<string, unknown>;
+  switch (c.op) {
+    case 'revoke':
+      return isRevocation(c.revocation);
+    case 'revocations':
+      return Array.isArray(c.list) && c.list.every(isRevocation);
+    case 'disconnect': {
+      const t = c.target as Record<string, unknown> | null;
+      if (typeof c.retry !== 'boolean' || typeof t !== 'object' || t === null) return false;
+      if (isStr(t.connectionId)) return t.tenant === undefined || isStr(t.tenant);
+      return isStr(t.tenant) && isStr(t.user);
+    }
+    case 'subscribe':
+    case 'unsubscribe':
+      return isStr(c.tenant) && isStr(c.user) && isStr(c.topic);
+    default:
+      return false;
+  }
 }
 
 /** What a token says about itself, as far as revocation is concerned. */
@@ -112,7 +149,8 @@ export class Revocations {
   }
 }
 
-function tokenKey(tenant: string, jti: string): string {
+/** A token of a tenant by its `jti`: how revocations and the shards' token index key it. */
+export function tokenKey(tenant: string, jti: string): string {
   return `${tenant}\u0000${jti}`;
 }
 

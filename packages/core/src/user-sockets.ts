@@ -22,6 +22,8 @@ export interface UserSocketStore {
   release(holder: string, counts: ReadonlyMap<string, number>, now: number): Promise<void>;
   /** `holder` is alive at `now`. */
   beat(holder: string, now: number): Promise<void>;
+  /** `holder` is gone: its sockets stop counting at once. */
+  retire(holder: string): Promise<void>;
   /** The user's sockets over every live holder at `now` (for tests and the admin API). */
   count(key: string, now: number): Promise<number>;
 }
@@ -73,6 +75,11 @@ export class MemoryUserSockets implements UserSocketStore {
   count(key: string, now: number): Promise<number> {
     const held = this.byKey.get(key);
     return Promise.resolve(held === undefined ? 0 : this.live(held, now));
+  }
+
+  retire(holder: string): Promise<void> {
+    this.drop(holder);
+    return Promise.resolve();
   }
 
   /** Forgets a holder at once (a shard the coordinator saw end). */

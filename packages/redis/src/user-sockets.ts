@@ -90,6 +90,13 @@ export class RedisUserSockets implements UserSocketStore {
     await this.redis.zadd(HOLDERS_KEY, now, holder);
   }
 
+  /** A beat at time 0: dead to every store from its next read of the holders (within a second). */
+  async retire(holder: string): Promise<void> {
+    this.commands++;
+    await this.redis.zadd(HOLDERS_KEY, 0, holder);
+    this.beats.set(holder, 0);
+  }
+
   async count(key: string, now: number): Promise<number> {
     const beats = await this.holders(now);
     this.commands++;

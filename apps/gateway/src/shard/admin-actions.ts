@@ -5,7 +5,7 @@
  * coordinator (which had it from the admin API or, in cluster mode, from
  * another node over Redis) and answers how many sockets it touched here.
  */
-import { actionOf, type ControlCommand, type Revocation, type Revocations, retryHint, userKey } from '@sluice/core';
+import { actionOf, type ControlCommand, type Revocation, type Revocations, retryHint, tokenKey, userKey } from '@sluice/core';
 import type { ShardContext } from './context.ts';
 import type { Session } from './session.ts';
 import type { Socket } from './socket-data.ts';
@@ -19,6 +19,7 @@ export class AdminActions {
     private readonly ctx: ShardContext,
     private readonly session: Session,
     private readonly users: UserIndex<Socket>,
+    private readonly tokens: UserIndex<Socket>,
     private readonly revocations: Revocations,
   ) {
     const t = ctx.task;
@@ -48,8 +49,9 @@ export class AdminActions {
           sockets = [];
           if (t.connectionId.startsWith(this.idPrefix)) {
             for (const ws of this.session.sockets) {
-              if (ws.getUserData().id === t.connectionId) {
-                sockets.push(ws);
+              const d = ws.getUserData();
+              if (d.id === t.connectionId) {
+                if (t.tenant === undefined || t.tenant === d.tenant) sockets.push(ws);
                 break;
               }
             }
@@ -77,22 +79,13 @@ export class AdminActions {
     }
   }
 
-  /**
-   * Closes with 4003 every open socket whose token the revocations now hold:
-   * a user's sockets through the index, tokens by `jti` in one pass over the
-   * shard's sockets (only when the list has any).
-   */
+  /** Closes with 4003 every open socket whose token the revocations now hold, found through the user and token indexes. */
   private closeRevoked(list: readonly Revocation[], now: number): number {
     let n = 0;
-    let byToken = false;
     for (const r of list) {
-      if (r.kind === 'token') {
-        byToken = true;
-        continue;
-      }
-      for (const ws of this.users.of(userKey(r.tenant, r.user))) n += this.closeIfRevoked(ws, now);
+      const sockets = r.kind === 'user' ? this.users.of(userKey(r.tenant, r.user)) : this.tokens.of(tokenKey(r.tenant, r.jti));
+      for (const ws of sockets) n += this.closeIfRevoked(ws, now);
     }
-    if (byToken) for (const ws of [...this.session.sockets]) if (ws.getUserData().jti !== undefined) n += this.closeIfRevoked(ws, now);
     return n;
   }
 

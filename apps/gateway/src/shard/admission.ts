@@ -20,6 +20,11 @@ import { newSocketData } from './socket-data.ts';
 const REVOKED = 'revoked\u0000';
 /** Why `admit` refused a valid token: its user holds WS_MAX_USER_SOCKETS sockets. */
 const TOO_MANY = 'too many\u0000';
+/** Who comes in, and whether a place was claimed for it under WS_MAX_USER_SOCKETS (to give back at its close). */
+interface Admitted {
+  readonly identity: Identity;
+  readonly claimed: boolean;
+}
 /** The tenant's upgrade window is full: wait this long. */
 interface TenantFull {
   readonly tenantWaitMs: number;
@@ -81,7 +86,10 @@ export class Admission {
       aborted = true;
       this.ctx.counters.upgrades.aborted++;
     });
+    // A place claimed under WS_MAX_USER_SOCKETS that no socket took yet: given back unless the upgrade completes.
+    let claimedKey: string | undefined;
     this.admit(ip, token, span).then((who) => {
+      if (typeof who === 'object' && 'identity' in who && who.claimed) claimedKey = userKey(who.identity.tenant, who.identity.user);
       let outcome: string;
       if (aborted) outcome = 'aborted';
       else if (typeof who === 'number') outcome = this.refuseIp(res, who);
@@ -90,17 +98,23 @@ export class Admission {
       else if (typeof who === 'string') outcome = this.refuse(res, { reason: 'unauthorized', status: '401 Unauthorized', why: who });
       else if ('tenantWaitMs' in who) outcome = this.refuseWithRetry(res, 'tenant_rate_limited', '429 Too Many Requests', who.tenantWaitMs);
       else if (!this.available()) outcome = this.refuseUnavailable(res);
-      else outcome = this.accept(res, context, key, protocol, extensions, ip, who);
+      else {
+        outcome = this.accept(res, context, key, protocol, extensions, ip, who.identity, who.claimed);
+        // The socket holds the place now, and gives it back at its close.
+        claimedKey = undefined;
+      }
       // A claimed place the upgrade did not take (aborted, or the node became unavailable) is given back.
-      if (this.cap !== null && outcome !== 'accepted' && typeof who === 'object' && !('tenantWaitMs' in who)) {
-        this.cap.release(userKey(who.tenant, who.user));
+      if (claimedKey !== undefined) {
+        this.cap!.release(claimedKey);
+        claimedKey = undefined;
       }
       if (span !== undefined) {
         span.setAttribute('sluice.outcome', outcome);
-        if (typeof who === 'object' && !('tenantWaitMs' in who)) span.setAttribute('sluice.tenant', who.tenant);
+        if (typeof who === 'object' && 'identity' in who) span.setAttribute('sluice.tenant', who.identity.tenant);
         span.end();
       }
     }).catch((err: unknown) => {
+      if (claimedKey !== undefined) this.cap!.release(claimedKey);
       // The window store or the key set failed (or a bug above): this
       // upgrade gets a 503, the shard goes on.
       this.ctx.lines.degraded.write({ err }, 'upgrade check failed');
@@ -118,10 +132,10 @@ export class Admission {
    * Who may come in: the identity, or the ms to wait (IP window full), or
    * why the token was refused. Every attempt counts toward the IP window.
    */
-  private async admit(ip: string, token: string | undefined, span: Span | undefined): Promise<Identity | number | string | TenantFull> {
+  private async admit(ip: string, token: string | undefined, span: Span | undefined): Promise<Admitted | number | string | TenantFull> {
     const wait = await this.limits.connect(ip);
     if (wait !== 0) return wait;
-    if (this.verifier === null) return ANONYMOUS;
+    if (this.verifier === null) return { identity: ANONYMOUS, claimed: false };
     if (token === undefined) return 'no token';
     const auth = span === undefined ? undefined : this.ctx.tracing!.child(span, 'sluice.auth');
     const now = Date.now();
@@ -132,8 +146,10 @@ export class Admission {
     if (this.revocations.size > 0 && this.revocations.revoked(v.identity, now)) return REVOKED;
     const tenantWaitMs = await this.limits.tenantUpgrade(tenantConnectWindowKey(v.identity.tenant));
     if (tenantWaitMs !== 0) return { tenantWaitMs };
-    if (this.cap !== null && !(await this.cap.claim(userKey(v.identity.tenant, v.identity.user)))) return TOO_MANY;
-    return v.identity;
+    if (this.cap === null) return { identity: v.identity, claimed: false };
+    const claim = await this.cap.claim(userKey(v.identity.tenant, v.identity.user));
+    if (claim === 'refused') return TOO_MANY;
+    return { identity: v.identity, claimed: claim === 'claimed' };
   }
 
   /** A plain-HTTP refusal at the upgrade; no socket is opened. `why` goes to the debug log, never a token. */
@@ -172,9 +188,10 @@ export class Admission {
   }
 
   private accept(res: HttpResponse, context: us_socket_context_t, key: string, protocol: string, extensions: string, ip: string,
-    who: Identity): 'accepted' {
+    who: Identity, claimed: boolean): 'accepted' {
     const t = this.ctx.task;
-    const data = newSocketData(`${t.nodeId}.${t.shard}.${t.generation}.${(++this.seq).toString(36)}`, who, ip, this.ctx.cfg.userMsgLimit > 0 && this.verifier !== null);
+    const data = newSocketData(`${t.nodeId}.${t.shard}.${t.generation}.${(++this.seq).toString(36)}`, who, ip,
+      this.ctx.cfg.userMsgLimit > 0 && this.verifier !== null, claimed);
     this.ctx.counters.upgrades.accepted++;
     // Not res.cork(): see upgradeCorked.
     upgradeCorked(res, () => res.upgrade(data, key, protocol, extensions, context));

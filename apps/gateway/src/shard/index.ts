@@ -123,13 +123,14 @@ class Shard {
     const now = Date.now();
     for (const r of task.revocations) this.revocations.add(r, now);
     const users = new UserIndex<Socket>();
+    const tokens = new UserIndex<Socket>();
     this.cap = cfg.maxUserSockets === 0 || cfg.auth !== 'jwt' ? null : new UserSocketCap(cfg.maxUserSockets, this.userStore(), `${task.nodeId}.${task.shard}.${task.generation}`,
-      ctx.log, () => users.counts(), this.backplane.redis?.health);
+      ctx.log, () => this.claimAll(), this.backplane.redis?.health);
     this.session = new Session(ctx, {
       metrics: this.metrics, broker: this.broker, limits: this.limits, shared: this.shared, topics, recoveries, lane, replies: new Replies(),
-      verifier, revocations: this.revocations, users, cap: this.cap,
+      verifier, revocations: this.revocations, users, tokens, cap: this.cap,
     });
-    this.actions = new AdminActions(ctx, this.session, users, this.revocations);
+    this.actions = new AdminActions(ctx, this.session, users, tokens, this.revocations);
     const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable(), this.revocations, this.cap);
     const app = buildApp(this.uws, cfg, ctx.log, {
       admission,
@@ -150,6 +151,22 @@ class Shard {
     this.app = app;
   }
 
+  /**
+   * Every open socket, counted by user, each marked as holding a place: what
+   * the cap claims again under a new holder after a Redis outage (sockets
+   * opened during it were let through unclaimed).
+   */
+  private claimAll(): Map<string, number> {
+    const counts = new Map<string, number>();
+    for (const ws of this.session.sockets) {
+      const d = ws.getUserData();
+      if (!d.open) continue;
+      d.claimed = true;
+      counts.set(d.userKey, (counts.get(d.userKey) ?? 0) + 1);
+    }
+    return counts;
+  }
+
   /** Where user sockets are counted: Redis in cluster mode, else the coordinator's memory store (over the control port). */
   private userStore(): UserSocketStore {
     const redis = this.backplane.redis;
@@ -164,6 +181,8 @@ class Shard {
         this.tell({ op: 'beat', holder, now });
         return Promise.resolve();
       },
+      // Embedded mode has no outage, so no reclaim: a holder ends with its shard (the coordinator drops it).
+      retire: () => Promise.resolve(),
       count: () => Promise.reject(new Error('not asked of a shard')),
     };
   }
@@ -244,9 +263,17 @@ class Shard {
         });
         return;
       }
-      case 'control':
-        this.tell({ op: 'controlled', rid: m.rid, sockets: this.actions.apply(m.cmd) });
+      case 'control': {
+        let sockets = 0;
+        try {
+          sockets = this.actions.apply(m.cmd);
+        } catch (err) {
+          // An admin command must not take the shard down: logged, answered as reaching nobody more.
+          this.ctx.log.error({ err, op: m.cmd.op }, 'an admin command failed on this shard');
+        }
+        this.tell({ op: 'controlled', rid: m.rid, sockets });
         return;
+      }
       case 'peer':
         this.broker.addPeer(m.shard, m.port);
         return;

@@ -4,7 +4,7 @@
  * commands (publish, join, leave, ping). A rejected frame is answered and
  * goes no further; the socket stays open unless it struck out.
  */
-import { allows, clearStrikes, Guard, frameWindowWait, guardFrame, type PublishResult, type Revocations, strike, topicKey } from '@sluice/core';
+import { allows, clearStrikes, Guard, frameWindowWait, guardFrame, type PublishResult, type Revocations, strike, tokenKey, topicKey } from '@sluice/core';
 import { type CloseReason, decodeClientFrame, encodePong, encodeRejection, encodeReplyOk, encodeUnsubscribed, type ErrorReason,
   encodeSubscribed, type JoinFrame, type LeaveFrame, PEEK_REF_BYTES, peekRef, type PublishFrame, type RefreshFrame, welcomeFrame,
   welcomePrefix } from '@sluice/protocol';
@@ -40,8 +40,9 @@ export interface SessionParts {
   readonly verifier: Verifier | null;
   /** The revocations in force (POST /v1/revoke), in memory: checked on open and on refresh. */
   readonly revocations: Revocations;
-  /** This shard's open sockets by user. */
+  /** This shard's open sockets by user, and those whose token has a `jti` by token. */
   readonly users: UserIndex<Socket>;
+  readonly tokens: UserIndex<Socket>;
   /** WS_MAX_USER_SOCKETS: every socket claimed one at its upgrade and gives it back at its close; null when off. */
   readonly cap: UserSocketCap | null;
 }
@@ -69,6 +70,7 @@ export class Session {
     const d = ws.getUserData();
     this.sockets.add(ws);
     this.p.users.add(d.userKey, ws);
+    if (d.jti !== undefined) this.p.tokens.add(tokenKey(d.tenant, d.jti), ws);
     this.p.shared.addSockets(this.ctx.task.shard, 1);
     ws.send(welcomeFrame(this.welcome, d.id, d.expiresAt), false);
     // A revocation may have arrived between the upgrade's check and now.
@@ -88,7 +90,8 @@ export class Session {
     d.open = false;
     this.sockets.delete(ws);
     this.p.users.delete(d.userKey, ws);
-    this.p.cap?.release(d.userKey);
+    if (d.jti !== undefined) this.p.tokens.delete(tokenKey(d.tenant, d.jti), ws);
+    if (d.claimed) this.p.cap!.release(d.userKey);
     this.p.shared.addSockets(this.ctx.task.shard, -1);
     if (d.expiresAt !== Infinity) this.expiry.delete(ws, d.expiresAt);
     this.p.lane.forget(ws, d);
@@ -333,7 +336,11 @@ export class Session {
     d.join = who.join;
     d.pub = who.publish;
     d.issuedAt = who.issuedAt;
-    d.jti = who.jti;
+    if (who.jti !== d.jti) {
+      if (d.jti !== undefined) this.p.tokens.delete(tokenKey(d.tenant, d.jti), ws);
+      if (who.jti !== undefined) this.p.tokens.add(tokenKey(d.tenant, who.jti), ws);
+      d.jti = who.jti;
+    }
     if (d.topics !== null) {
       for (const [topic, key] of d.topics) {
         if (allows(d.join, topic) || d.granted?.has(topic) === true) continue;
@@ -353,7 +360,13 @@ export class Session {
    * is undone and nothing is sent.
    */
   grant(ws: Socket, d: SocketData, topic: string): boolean {
-    if (!d.open || d.topics?.has(topic) === true || (d.topics?.size ?? 0) >= this.ctx.cfg.maxJoins) return false;
+    if (!d.open) return false;
+    if (d.topics?.has(topic) === true) {
+      // Joined by the client already: nothing is sent, but a refresh no longer takes it away.
+      (d.granted ??= new Set()).add(topic);
+      return false;
+    }
+    if ((d.topics?.size ?? 0) >= this.ctx.cfg.maxJoins) return false;
     const key = topicKey(d.tenant, topic);
     (d.topics ??= new Map()).set(topic, key);
     (d.granted ??= new Set()).add(topic);

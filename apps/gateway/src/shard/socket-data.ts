@@ -20,6 +20,8 @@ export interface SocketData extends FixedWindowState, StrikeState, LaneData {
   readonly userKey: string;
   /** The user's publish-window key; empty when WS_USER_MSG_LIMIT is off. */
   readonly userWindowKey: string;
+  /** It holds a place under WS_MAX_USER_SOCKETS (claimed at the upgrade, or again after a Redis outage): given back at its close. */
+  claimed: boolean;
   /** The current token's `iat` (ms, -Infinity without one) and `jti`: what a revocation is checked against. */
   issuedAt: number;
   jti: string | undefined;
@@ -48,7 +50,7 @@ export interface SocketData extends FixedWindowState, StrikeState, LaneData {
 export type Socket = WebSocket<SocketData>;
 
 /** Every field set, in one order, so that every socket's data has one shape. */
-export function newSocketData(id: string, who: Identity, ip: string, userLimit: boolean): SocketData {
+export function newSocketData(id: string, who: Identity, ip: string, userLimit: boolean, claimed: boolean): SocketData {
   return {
     id,
     tenant: who.tenant,
@@ -56,6 +58,7 @@ export function newSocketData(id: string, who: Identity, ip: string, userLimit: 
     user: who.user,
     userKey: userKey(who.tenant, who.user),
     userWindowKey: userLimit ? userWindowKey(who.tenant, who.user) : '',
+    claimed,
     issuedAt: who.issuedAt,
     jti: who.jti,
     ip,

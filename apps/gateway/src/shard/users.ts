@@ -1,8 +1,9 @@
 /**
- * A shard's open sockets by user (`userKey`): what the admin actions that
- * name a user (revoke, disconnect, subscribe, unsubscribe) act on without a
- * scan. Most users hold one socket, so a user's entry is the socket itself
- * until a second one opens.
+ * A shard's open sockets by a key: by user (`userKey`), what the admin
+ * actions that name a user (revoke, disconnect, subscribe, unsubscribe) act
+ * on without a scan, and by token id (`tokenKey`), what a revocation by
+ * `jti` closes. Most users (and every token) hold one socket, so an entry is
+ * the socket itself until a second one comes.
  */
 export class UserIndex<S> {
   private readonly byUser = new Map<string, S | Set<S>>();
@@ -38,10 +39,5 @@ export class UserIndex<S> {
   of(key: string): S[] {
     const held = this.byUser.get(key);
     return held === undefined ? [] : held instanceof Set ? [...held] : [held];
-  }
-
-  /** Every user key with its count (for a store that must learn them again). */
-  *counts(): IterableIterator<[string, number]> {
-    for (const [k, held] of this.byUser) yield [k, held instanceof Set ? held.size : 1];
   }
 }

@@ -77,3 +77,26 @@ test('a snapshot of revocations counts as the revoke action', () => {
   assert.equal(actionOf({ op: 'revocations', list: [] }), 'revoke');
   assert.equal(actionOf({ op: 'subscribe', tenant: 't', user: 'u', topic: 'x' }), 'subscribe');
 });
+
+test('isControlCommand takes every command this version makes, and nothing short of one', async () => {
+  const { isControlCommand } = await import('../src/control.ts');
+  const good = [
+    { op: 'revoke', revocation: { kind: 'user', tenant: 't', user: 'u', at: 1, expiresAt: 2 } },
+    { op: 'revoke', revocation: { kind: 'token', tenant: 't', jti: 'j', expiresAt: 2 } },
+    { op: 'revocations', list: [] },
+    { op: 'disconnect', target: { tenant: 't', user: 'u' }, retry: true },
+    { op: 'disconnect', target: { connectionId: 'a.0.0.1' }, retry: false },
+    { op: 'disconnect', target: { connectionId: 'a.0.0.1', tenant: 't' }, retry: false },
+    { op: 'subscribe', tenant: 't', user: 'u', topic: 'x' },
+    { op: 'unsubscribe', tenant: 't', user: 'u', topic: 'x' },
+  ];
+  for (const c of good) assert.equal(isControlCommand(c), true, JSON.stringify(c));
+  const bad = [null, 1, 'revoke', {}, { op: 'revoke' }, { op: 'revoke', revocation: null },
+    { op: 'revoke', revocation: { kind: 'user', tenant: 't', user: 'u', expiresAt: 2 } },
+    { op: 'revoke', revocation: { kind: 'other', tenant: 't', jti: 'j', expiresAt: 2 } },
+    { op: 'revocations', list: 1 }, { op: 'revocations', list: [null] },
+    { op: 'disconnect' }, { op: 'disconnect', target: {}, retry: true }, { op: 'disconnect', target: { connectionId: 'a' } },
+    { op: 'disconnect', target: { tenant: 't' }, retry: true }, { op: 'subscribe', tenant: 't', user: 'u' },
+    { op: 'unsubscribe', tenant: 't', topic: 'x', user: '' }, { op: 'a-newer-command' }];
+  for (const c of bad) assert.equal(isControlCommand(c), false, JSON.stringify(c));
+});

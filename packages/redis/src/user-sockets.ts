@@ -10,8 +10,9 @@
  *   beat, read at most once a second per store. A holder id begins with
  *   the ms it started at (`<startMs>.<rest>`): one missing from the set
  *   is new (counted) if it started within the last `10 * holderTtlMs`, and
- *   otherwise long dead (pruned from the set). A dead holder's fields are
- *   deleted when a claim sees them.
+ *   otherwise long dead (pruned from the set). A holder retired after an
+ *   outage is scored minus the time it retired, dead at once. A dead
+ *   holder's fields are deleted when a claim sees them.
  * - Two holders claiming the last place at the same moment may both see the
  *   other's claim and both refuse (never both accept): the cap is strict.
  * - Each hash expires a day after its last claim, so that the keys of users
@@ -90,11 +91,16 @@ export class RedisUserSockets implements UserSocketStore {
     await this.redis.zadd(HOLDERS_KEY, now, holder);
   }
 
-  /** A beat at time 0: dead to every store from its next read of the holders (within a second). */
+  /**
+   * Scored minus the time it retired: dead to every store from its next read
+   * of the holders (within a second), and kept in the set until its id's
+   * start time alone says it is dead.
+   */
   async retire(holder: string): Promise<void> {
+    const now = Date.now();
     this.commands++;
-    await this.redis.zadd(HOLDERS_KEY, 0, holder);
-    this.beats.set(holder, 0);
+    await this.redis.zadd(HOLDERS_KEY, -now, holder);
+    this.beats.set(holder, -now);
   }
 
   async count(key: string, now: number): Promise<number> {
@@ -108,7 +114,7 @@ export class RedisUserSockets implements UserSocketStore {
 
   private alive(beats: ReadonlyMap<string, number>, holder: string, now: number): boolean {
     const at = beats.get(holder);
-    if (at !== undefined) return now - at <= this.holderTtlMs;
+    if (at !== undefined) return at >= 0 && now - at <= this.holderTtlMs;
     const started = Number(holder.slice(0, holder.indexOf('.')));
     return Number.isFinite(started) && now - started <= 10 * this.holderTtlMs;
   }
@@ -123,7 +129,8 @@ export class RedisUserSockets implements UserSocketStore {
     if (now - this.beatsAt < LIVE_CACHE_MS) return this.beats;
     this.commands += 2;
     const [, flat] = await Promise.all([
-      this.redis.zremrangebyscore(HOLDERS_KEY, '-inf', now - 10 * this.holderTtlMs),
+      // Beats and retirements (negative) older than ten TTLs: their ids' start times say they are dead.
+      this.redis.zremrangebyscore(HOLDERS_KEY, -(now - 10 * this.holderTtlMs), now - 10 * this.holderTtlMs),
       this.redis.zrange(HOLDERS_KEY, 0, -1, 'WITHSCORES'),
     ]);
     const beats = new Map<string, number>();

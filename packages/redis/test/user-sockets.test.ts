@@ -56,6 +56,15 @@ function contract(make: () => UserSocketStore): void {
     assert.deepEqual(await s.claim(h2, ['t/@shared', 't/@shared', 't/@shared'], 3, Date.now()), [true, true, false]);
   });
 
+  test('a retired holder stops counting at once', async () => {
+    const s = make();
+    const [old, fresh] = [holder('g1'), holder('g2')];
+    await s.claim(old, ['t/@ret', 't/@ret'], 2, Date.now());
+    await s.retire(old);
+    await sleep(1100); // the Redis store reads the holders at most once a second
+    assert.deepEqual(await s.claim(fresh, ['t/@ret', 't/@ret', 't/@ret'], 2, Date.now()), [true, true, false]);
+  });
+
   test('users of different tenants and free-text ids never share a count', async () => {
     const s = make();
     const h = holder('d');

@@ -1,4 +1,4 @@
-// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|s7|s8|s9|s10|report> [options]`.
+// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|s7|s8|s9|s10|s11|s12|s13|report> [options]`.
 // See benchmarks/README.md for what each command runs and what the columns mean.
 
 import { execFileSync } from 'node:child_process';
@@ -18,7 +18,7 @@ import { gatesTable, goalsTable, mergeRuns, methodSection, ratiosTable, renderSt
 
 const USAGE = `usage: cli.ts <command> [options]
 commands:
-  all        every scenario below in this order (S6 against sluice and ws, S8 twice, S9 and S10 once);
+  all        every scenario below in this order (S6 against sluice and ws, S8 twice, S9, S10, S11 and S12 once);
              writes runs/*.json, results.md, results.svg
   ci         short ${SCENARIOS.filter((x) => x.gates !== undefined).map((x) => x.command.split(' | ')[0]).join(', ')} against sluice, uws, ws; exits 1 when a gate fails
 ${SCENARIOS.map((x) => `  ${x.command.padEnd(9)}  ${x.usage}`).join('\n')}
@@ -29,12 +29,12 @@ options:
   --repeats n        repeats per target (interleaved)
   --measure-ms n     measurement window (S1-S3, S8)
   --warmup-ms n      warm-up before the window (S1-S3, S8)
-  --procs n          load-generator processes (S3, S8: subscriber processes; S9: client processes)
-  --sockets n        sockets (S1, S2, S4/S5, S7, S10), clients per kind (S9)
+  --procs n          load-generator processes (S3, S8: subscriber processes; S9: client processes; S11, S12, S13)
+  --sockets n        sockets (S1, S2, S4/S5, S7, S10-S13), clients per kind (S9)
   --subscribers n    subscribers (S3, S8)
   --sizes a,b        payload sizes in bytes (S1)
   --depth n          frames in flight per socket (S1, S2) or acks in flight (S3, S8)
-  --concurrency n    handshakes in flight per generator process (S4/S5, S7, S9)
+  --concurrency n    handshakes in flight per generator process (S4/S5, S7, S9, S11, S12; S11: refreshes awaiting a reply too)
   --window n         publishes the S3, S8 (S6) publisher may run ahead of the slowest (healthy) subscriber; S6: 0 = no credit
   --ephemeral        publish the ephemeral class instead of durable (S1-S3, S8)
   --seconds n        publishing time of each S6 run (default 60)
@@ -49,6 +49,9 @@ options:
   --bursts n         S10: bursts of concurrent GETs per phase (default 5); --burst n: GETs per burst (default 10)
   --topics n         S10: topics (default 4); every socket joins 2 of them
   --admin-rate n     S10: admin-API publishes per second in the traffic phase (default 1); --rate: each generator's publisher (2)
+  --rounds n         S11: refreshes per socket, each with a new token (default 5)
+  --rst-at-close     S12: a client sends its RST as it reads its close frame (default: every RST after the last close)
+  --revocations n    S13: revocations of other users posted to the limits arm before its run (default 1000; 0: none)
   --no-report        (all) do not rewrite results.md / results.svg`;
 
 interface Cli {
@@ -58,7 +61,7 @@ interface Cli {
     targets?: string; repeats?: string; 'measure-ms'?: string; 'warmup-ms'?: string; procs?: string; sockets?: string;
     subscribers?: string; window?: string; sizes?: string; depth?: string; concurrency?: string; ephemeral?: boolean; 'no-report'?: boolean; help?: boolean;
     seconds?: string; healthy?: string; stalled?: string; size?: string; 'rss-limit-mib'?: string; rate?: string; 'delay-ms'?: string;
-    nodes?: string; scrapes?: string; bursts?: string; burst?: string; topics?: string; 'admin-rate'?: string;
+    nodes?: string; scrapes?: string; bursts?: string; burst?: string; topics?: string; 'admin-rate'?: string; rounds?: string; revocations?: string; 'rst-at-close'?: boolean;
   };
 }
 
@@ -72,6 +75,7 @@ function parse(): Cli {
       seconds: { type: 'string' }, healthy: { type: 'string' }, stalled: { type: 'string' }, size: { type: 'string' }, 'rss-limit-mib': { type: 'string' },
       rate: { type: 'string' }, 'delay-ms': { type: 'string' }, nodes: { type: 'string' },
       scrapes: { type: 'string' }, bursts: { type: 'string' }, burst: { type: 'string' }, topics: { type: 'string' }, 'admin-rate': { type: 'string' },
+      rounds: { type: 'string' }, revocations: { type: 'string' }, 'rst-at-close': { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });

@@ -15,10 +15,15 @@ import { runDrain, S7_DEFAULT } from './scenarios/drain.ts';
 import { runCrossNode, S8_DEFAULT } from './scenarios/crossnode.ts';
 import { runStorm, S9_DEFAULT } from './scenarios/storm.ts';
 import { runMetrics, S10_DEFAULT } from './scenarios/metrics.ts';
+import { runRefresh, S11_DEFAULT } from './scenarios/refresh.ts';
+import { runRevoke, S12_DEFAULT } from './scenarios/revoke.ts';
+import { runLimits, S13_DEFAULT } from './scenarios/limits.ts';
 import type { RunOptions, Sample, ScenarioId } from './scenarios/common.ts';
 import { GATES, type Gate } from './report/gates.ts';
 import type { Row } from './report/summary.ts';
-import { rateTable, renderDrainSvg, renderStormSvg, s10Table, s4Table, s5Table, s6Table, s7Table, s8Table, s9Table } from './report/render.ts';
+import {
+  rateTable, renderDrainSvg, renderStormSvg, s10Table, s11Table, s12Table, s13Table, s4Table, s5Table, s6Table, s7Table, s8Table, s9Table,
+} from './report/render.ts';
 
 /** The parsed command-line values (strings as given; flags as booleans). */
 export type Values = Readonly<Record<string, string | boolean | undefined>>;
@@ -214,6 +219,50 @@ export const SCENARIOS: readonly Scenario[] = [
       return measure(ctx, 'S10', cfg, runMetrics);
     },
     views: [{ id: 'S10', title: 'S10 /metrics render time (admin port, 0 and 10k sockets)', table: s10Table }],
+  },
+  {
+    command: 's11',
+    usage: 'refresh cost: WS_AUTH=jwt, --sockets (2000) upgrades with a token each, then --rounds (5) refreshes per socket with a new\n' +
+      '             token each; server CPU per upgrade and per refresh on the same gateway, and per upgrade without auth; default 3 repeats\n' +
+      '             (also part of all, once)',
+    defaultTargets: ['sluice'],
+    targets: sluiceOnly,
+    repeats: (n, alone) => (alone ? n ?? 3 : 1),
+    run: (ctx) => measure(ctx, 'S11', ctx.alone
+      ? { ...S11_DEFAULT, ...given(ctx.v, { sockets: 'sockets', rounds: 'rounds', procs: 'procs', concurrency: 'concurrency' }) }
+      : { ...S11_DEFAULT }, runRefresh),
+    views: [{ id: 'S11', title: 'S11 refresh cost (WS_AUTH=jwt, a new token per upgrade and per refresh)', table: s11Table }],
+  },
+  {
+    command: 's12',
+    usage: 'revocation at scale: two nodes on one private redis-server, WS_AUTH=jwt, --sockets (10000) sockets of one user from --procs (4)\n' +
+      '             processes (half on each node); one POST /v1/revoke to node A; request to last 4003 close; default 3 repeats (also part of all, once);\n' +
+      '             --rst-at-close: each client tears its socket down as it reads the close (default: after the last close)',
+    defaultTargets: ['sluice'],
+    targets: sluiceOnly,
+    repeats: (n, alone) => (alone ? n ?? 3 : 1),
+    run: (ctx) => {
+      const cfg = ctx.alone ? {
+        ...S12_DEFAULT, ...given(ctx.v, { sockets: 'sockets', procs: 'procs', concurrency: 'concurrency' }), deferTeardown: ctx.v['rst-at-close'] !== true,
+      } : { ...S12_DEFAULT };
+      if (cfg.procs < 2) throw new Error('--procs wants 2 or more: one generator process per node at least');
+      return measure(ctx, 'S12', cfg, runRevoke);
+    },
+    views: [{ id: 'S12', title: 'S12 revocation of one user with 10k sockets over two nodes', table: s12Table }],
+  },
+  {
+    command: 's13',
+    usage: 'S1 with the limits and revocations configured: S1 32 B on WS_AUTH=jwt without, then with WS_USER_MSG_LIMIT, WS_TENANT_CONNECT_LIMIT,\n' +
+      '             WS_MAX_USER_SOCKETS (never reached) and --revocations (1000) revocations of other users; arms alternate, default 6 repeats\n' +
+      '             (also part of all)',
+    defaultTargets: ['sluice'],
+    targets: sluiceOnly,
+    repeats: (n, alone) => (alone ? n ?? 6 : 6),
+    run: (ctx) => measure(ctx, 'S13', ctx.alone ? {
+      ...S13_DEFAULT, ...window(ctx), ...given(ctx.v, { ...PUMP, revocations: '0revocations' }),
+      sizes: typeof ctx.v['sizes'] === 'string' ? ctx.v['sizes'].split(',').map((x) => int({ sizes: x }, 'sizes')!) : S13_DEFAULT.sizes,
+    } : { ...S13_DEFAULT }, runLimits),
+    views: [{ id: 'S13', title: 'S13 S1 with limits and revocations configured (WS_AUTH=jwt both arms)', table: s13Table }],
   },
 ];
 

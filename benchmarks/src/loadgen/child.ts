@@ -2,14 +2,18 @@
 // limit is 20000 per process), runs whatever the orchestrator asks over IPC,
 // and exits by itself when the orchestrator goes away or its lifetime ends.
 
-import { RawConn, type ConnHandlers, type Target } from '../lib/conn.ts';
+import { RawConn, teardownDeferred, type ConnHandlers, type Target } from '../lib/conn.ts';
 import {
-  Kind, S_BASE, S_WIDTH, T_BASE, T_WIDTH, eventDataPos, eventS, eventT, joinFrame, patchDigits, publishTemplate, replyRef, type PublishTemplate,
+  Kind, S_BASE, S_WIDTH, T_BASE, T_WIDTH, encodeClientFrame, eventDataPos, eventS, eventT, joinFrame, patchDigits, publishTemplate, replyRef,
+  type PublishTemplate,
 } from '../lib/codec.ts';
 import { monoUs, stampNow } from '../lib/clock.ts';
+import { tokenFor } from '../lib/jwt.ts';
 import { encodeHistogram, newHistogram, type Histogram } from '../lib/hist.ts';
 import { openFileLimit } from '../lib/proc.ts';
-import type { ChildEvent, ClosesResult, ConnectResult, Envelope, JoinResult, MarkResult, Request, Response, StopResult, UnstallResult } from './messages.ts';
+import type {
+  ChildEvent, ClosesResult, ConnectResult, Envelope, JoinResult, MarkResult, RefreshResult, Request, Response, StopResult, UnstallResult,
+} from './messages.ts';
 
 const LIFETIME_MS = Number(process.env['LOADGEN_LIFETIME_MS'] ?? 15 * 60_000);
 setTimeout(() => {
@@ -18,7 +22,7 @@ setTimeout(() => {
 }, LIFETIME_MS).unref();
 process.on('disconnect', () => process.exit(0));
 
-type Phase = 'idle' | 'connect' | 'join' | 'pump' | 'track' | 'publish' | 'stopping' | 'stalled' | 'watch';
+type Phase = 'idle' | 'connect' | 'join' | 'pump' | 'track' | 'publish' | 'stopping' | 'stalled' | 'watch' | 'refresh';
 
 const RING = 1 << 14;
 const RING_MASK = RING - 1;
@@ -46,6 +50,16 @@ class Generator implements ConnHandlers {
   private connectPending = 0;
   private connectDone: (() => void) | null = null;
   private startNext: (() => void) | null = null;
+
+  // tokens signed ahead for the next connect (socket id -> JWT)
+  private upgradeTokens = new Map<number, string>();
+
+  // refresh phase (S11)
+  private refreshOk = 0;
+  private refreshErrors = 0;
+  private refreshErrorSamples: string[] = [];
+  private refreshAwaiting = 0;
+  private refreshNext: (() => void) | null = null;
 
   // join phase
   private joined = 0;
@@ -92,6 +106,11 @@ class Generator implements ConnHandlers {
     this.closedAfterReady++;
     this.closeReasons[why] = (this.closeReasons[why] ?? 0) + 1;
     c.inFlight = 0;
+    if (c.refreshSentAt !== 0) {
+      c.refreshSentAt = 0;
+      this.refreshAwaiting--;
+      this.refreshNext?.();
+    }
     this.checkStopped();
   }
 
@@ -119,6 +138,19 @@ class Generator implements ConnHandlers {
         return;
       case 'track':
         if (kind === Kind.Event) this.onTrackedEvent(c, buf, s, e, now);
+        return;
+      case 'refresh':
+        if (kind !== Kind.ReplyOk && kind !== Kind.ReplyErr) return;
+        if (c.refreshSentAt === 0) return;
+        this.hist.recordValue(Math.max(1, now - c.refreshSentAt));
+        c.refreshSentAt = 0;
+        this.refreshAwaiting--;
+        if (kind === Kind.ReplyOk) this.refreshOk++;
+        else {
+          this.refreshErrors++;
+          if (this.refreshErrorSamples.length < 5) this.refreshErrorSamples.push(buf.toString('utf8', s, Math.min(e, s + 200)));
+        }
+        this.refreshNext?.();
         return;
       case 'join':
         if (kind === Kind.ReplyOk) this.joined++;
@@ -156,6 +188,11 @@ class Generator implements ConnHandlers {
     this.connectFailed = 0;
     this.connectReady = 0;
     this.connectPending = 0;
+    if (req.withTokens === true) {
+      for (let i = 0; i < req.count; i++) {
+        if (!this.upgradeTokens.has(req.idBase + i)) return Promise.reject(new Error(`no token signed for socket ${req.idBase + i}`));
+      }
+    }
     const limit = openFileLimit().soft;
     if (this.conns.length + req.count + 64 > limit) {
       return Promise.reject(new Error(`open-file limit ${limit} is too low for ${req.count} sockets in one process`));
@@ -190,11 +227,77 @@ class Generator implements ConnHandlers {
           const i = next++;
           this.connectPending++;
           const src = req.sources.length === 0 ? undefined : req.sources[(req.idBase + i) % req.sources.length];
-          this.conns.push(new RawConn(req.idBase + i, target, this, src));
+          const id = req.idBase + i;
+          let token: string | undefined;
+          if (req.withTokens === true) {
+            token = this.upgradeTokens.get(id);
+            this.upgradeTokens.delete(id);
+          }
+          this.conns.push(new RawConn(id, target, this, src, token));
         }
         if (next >= req.count && this.connectPending === 0) this.connectDone?.();
       };
       this.startNext();
+    });
+  }
+
+  // ---- tokens and refresh (WS_AUTH=jwt; S11, S12, S13) ----
+
+  sign(req: Extract<Request, { op: 'sign' }>): number {
+    const nowS = Math.floor(Date.now() / 1000);
+    if (req.purpose === 'upgrade') {
+      for (let i = 0; i < req.count; i++) this.upgradeTokens.set(req.idBase + i, tokenFor(req.auth, req.idBase + i, 0, nowS));
+      return req.count;
+    }
+    let n = 0;
+    for (const c of this.conns) {
+      if (c.state !== 'ready') continue;
+      c.refreshToken = tokenFor(req.auth, c.id, req.round, nowS);
+      n++;
+    }
+    return n;
+  }
+
+  /** One refresh per ready socket, with the token `sign` made for it; at most `concurrency` awaiting a reply. */
+  refresh(req: Extract<Request, { op: 'refresh' }>): Promise<RefreshResult> {
+    this.phase = 'refresh';
+    this.hist = newHistogram();
+    this.refreshOk = 0;
+    this.refreshErrors = 0;
+    this.refreshErrorSamples = [];
+    this.refreshAwaiting = 0;
+    const todo = this.conns.filter((c) => c.state === 'ready' && c.refreshToken !== '');
+    const t0 = Date.now();
+    let next = 0;
+    return new Promise<RefreshResult>((resolve) => {
+      let finished = false;
+      const finish = (): void => {
+        if (finished) return;
+        finished = true;
+        clearTimeout(timer);
+        this.refreshNext = null;
+        this.phase = 'idle';
+        let unanswered = todo.length - next;
+        for (const c of todo) if (c.refreshSentAt !== 0) { c.refreshSentAt = 0; unanswered++; }
+        resolve({
+          ok: this.refreshOk, errors: this.refreshErrors, unanswered, errorSamples: this.refreshErrorSamples,
+          hist: encodeHistogram(this.hist), elapsedMs: Date.now() - t0,
+        });
+      };
+      const timer = setTimeout(finish, req.timeoutMs);
+      this.refreshNext = () => {
+        while (next < todo.length && this.refreshAwaiting < req.concurrency) {
+          const c = todo[next++]!;
+          if (c.state !== 'ready') continue;
+          const stamp = stampNow();
+          c.send(encodeClientFrame(`{"type":"refresh","ref":"${stamp}","token":${JSON.stringify(c.refreshToken)}}`).bytes);
+          c.refreshToken = '';
+          c.refreshSentAt = stamp - T_BASE;
+          this.refreshAwaiting++;
+        }
+        if (next >= todo.length && this.refreshAwaiting === 0) finish();
+      };
+      this.refreshNext();
     });
   }
 
@@ -386,7 +489,8 @@ class Generator implements ConnHandlers {
 
   // ---- drain pacing (S7) ----
 
-  watchCloses(): number {
+  watchCloses(deferTeardown: boolean): number {
+    RawConn.deferTeardown = deferTeardown;
     this.resetCounters();
     this.watched = { atUs: [], codes: [], retryAfterMs: [], other: {}, open: 0 };
     this.phase = 'watch';
@@ -416,6 +520,8 @@ class Generator implements ConnHandlers {
         const open = this.liveCount();
         if (open === 0 || Date.now() - t0 >= timeoutMs) {
           this.phase = 'idle';
+          RawConn.deferTeardown = false;
+          teardownDeferred();
           resolve({ ...this.watched, open });
           return;
         }
@@ -483,8 +589,11 @@ class Generator implements ConnHandlers {
 
   reset(): void {
     this.phase = 'idle';
+    RawConn.deferTeardown = false;
+    teardownDeferred();
     for (const c of this.conns) c.close('reset');
     this.conns = [];
+    this.upgradeTokens.clear();
     this.template.clear();
     this.pub = null;
     this.pubTemplate = null;
@@ -514,13 +623,15 @@ async function handle(req: Request): Promise<unknown> {
   switch (req.op) {
     case 'connect': return gen.connect(req);
     case 'join': return gen.join(req);
+    case 'sign': return gen.sign(req);
+    case 'refresh': return gen.refresh(req);
     case 'pump': gen.pump(req); return null;
     case 'track': gen.track(); return null;
     case 'publish': gen.publish(req); return null;
     case 'credit': gen.credit(req.upTo); return null;
     case 'stall': return gen.stall();
     case 'unstall': return gen.unstall(req.timeoutMs);
-    case 'watchCloses': return gen.watchCloses();
+    case 'watchCloses': return gen.watchCloses(req.deferTeardown === true);
     case 'closes': return gen.closes(req.timeoutMs);
     case 'mark': return gen.mark();
     case 'stop': return gen.stop(req.timeoutMs);

@@ -1,10 +1,20 @@
 // Messages between the orchestrator and its load-generator processes.
 
 import type { Target } from '../lib/conn.ts';
+import type { AuthSpec } from '../lib/jwt.ts';
 
 export type Request =
   /** Open `count` sockets, `concurrency` handshakes at a time, socket i from sources[i % sources.length]. */
-  | { op: 'connect'; target: Target; count: number; idBase: number; sources: string[]; concurrency: number; timeoutMs: number }
+  | { op: 'connect'; target: Target; count: number; idBase: number; sources: string[]; concurrency: number; timeoutMs: number; withTokens?: boolean }
+  /**
+   * Signs tokens ahead of the timed part: `upgrade`, one for each socket id of
+   * [idBase, idBase + count), taken by the next connect with `withTokens`
+   * (sent as `?token=`); `refresh`, one of round `round` for every ready socket.
+   */
+  | { op: 'sign'; purpose: 'upgrade'; auth: AuthSpec; idBase: number; count: number }
+  | { op: 'sign'; purpose: 'refresh'; auth: AuthSpec; round: number }
+  /** Every ready socket sends one `refresh` with its signed token, `concurrency` awaiting their reply at most; resolves when all answered. */
+  | { op: 'refresh'; concurrency: number; timeoutMs: number }
   /** Every ready socket joins `topic`, or its own topic `bench.<id>` when topic is null. */
   | { op: 'join'; topic: string | null; timeoutMs: number }
   /** Closed loop on every socket: `depth` publishes in flight to the socket's own topic, counted at the reply. */
@@ -18,8 +28,11 @@ export type Request =
   | { op: 'stall' }
   /** S6: read again, so that close frames queued behind the backlog are seen; wait up to timeoutMs for the sockets to close. */
   | { op: 'unstall'; timeoutMs: number }
-  /** S7: from now on record every close of a ready socket (time, close code, reason); sockets keep reading and are never reopened. */
-  | { op: 'watchCloses' }
+  /**
+   * S7, S12: from now on record every close of a ready socket (time, close code, reason); sockets keep reading and are never reopened.
+   * `deferTeardown` (S12): a socket closed by a close frame sends its RST only at `closes`, after the wait.
+   */
+  | { op: 'watchCloses'; deferTeardown?: boolean }
   /** S7: wait up to timeoutMs for every ready socket to close, then hand over what watchCloses recorded. */
   | { op: 'closes'; timeoutMs: number }
   | { op: 'mark' }
@@ -34,6 +47,18 @@ export interface ConnectResult {
   failed: number;
   reasons: Record<string, number>;
   /** Connect-to-ready time (TCP connect, upgrade, first frame), us, HDR base64. */
+  hist: string;
+  elapsedMs: number;
+}
+
+export interface RefreshResult {
+  ok: number;
+  errors: number;
+  /** Refreshes that got no reply in time, and sockets that closed meanwhile. */
+  unanswered: number;
+  /** The first error replies, as received (at most 5). */
+  errorSamples: string[];
+  /** Send-to-reply time, us, HDR base64. */
   hist: string;
   elapsedMs: number;
 }

@@ -229,6 +229,55 @@ export function s10Table(rs: readonly Row[], status: (r: Row) => string): string
     );
 }
 
+/** S11: server CPU per upgrade and per refresh, on the same gateway (WS_AUTH=jwt), and per upgrade without auth. */
+export function s11Table(rs: readonly Row[], status: (r: Row) => string): string {
+  const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
+  const us = (v: number): string => (Number.isFinite(v) ? `${v.toFixed(v >= 100 ? 0 : 1)}us` : 'n/a');
+  return 'Server CPU (utime+stime, every thread, /proc) over the storm / upgrades, or over the refresh rounds / accepted refreshes; every token is new to ' +
+    'the gateway (its own jti), so each one is verified (HS256). `idle part`: the server\'s CPU rate in a quiet second with the sockets open times the ' +
+    'rounds\' wall time, per refresh: what the figure holds that is not the refreshes\' own. Latency: connect-to-welcome (upgrades), send-to-reply (refreshes). ' +
+    'Medians over repeats; ratios per repeat, then the median.\n\n' +
+    table(
+      ['variant', 'target', 'server CPU per op', 'ops/server-CPU-s', 'idle part', 'refresh / upgrade (jwt)', 'upgrade jwt / no auth', 'p50', 'p99',
+        'server CPU', 'busiest generator', 'other load', 'ok runs'],
+      rs.map((r) => [r.variant, PEER_LABEL[r.target], us(x(r, 'cpuPerOpUs')), fmtInt(r.perServerCpuS), us(x(r, 'idleCpuPerOpUs')),
+        Number.isFinite(x(r, 'vsUpgrade')) ? fmtRatio(x(r, 'vsUpgrade')) : '-', Number.isFinite(x(r, 'vsNoAuth')) ? fmtRatio(x(r, 'vsNoAuth')) : '-',
+        fmtUs(r.p50Us), fmtUs(r.p99Us), pct(r.serverUtil), pct(r.clientUtilMax), pct(r.otherUtil), status(r)]),
+    );
+}
+
+/** S12: one revocation to node A, every socket of the user closed on both nodes. */
+export function s12Table(rs: readonly Row[], status: (r: Row) => string): string {
+  const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
+  const ms = (v: number): string => (Number.isFinite(v) ? `${v.toFixed(v >= 100 ? 0 : 1)} ms` : 'n/a');
+  return 'Times from the `POST /v1/revoke` to node A, as the clients saw each close (CLOCK_MONOTONIC, shared by the generator processes); ' +
+    '`server done`: when each node\'s coordinator logged that every shard had carried it out (wall clock, ms); `client lag`: that node\'s last close ' +
+    'at its client minus that line. Server CPU: both gateways over the request to the last close. Medians over repeats.\n\n' +
+    table(
+      ['variant', 'target', 'last close', 'p50 / p99', 'node A: p50 / last', 'node B: p50 / last', 'server done A / B', 'client lag A / B', 'admin answer',
+        'close codes', 'server CPU per close', 'generator CPU per close', 'busiest generator', 'other load', 'under 1 s', 'ok runs'],
+      rs.map((r) => [r.variant, PEER_LABEL[r.target], ms(x(r, 'lastCloseMs')), `${ms(x(r, 'p50Ms'))} / ${ms(x(r, 'p99Ms'))}`,
+        `${ms(x(r, 'nodeAP50Ms'))} / ${ms(x(r, 'nodeALastMs'))}`, `${ms(x(r, 'nodeBP50Ms'))} / ${ms(x(r, 'nodeBLastMs'))}`,
+        `${ms(x(r, 'nodeADoneMs'))} / ${ms(x(r, 'nodeBDoneMs'))}`, `${ms(x(r, 'nodeAClientLagMs'))} / ${ms(x(r, 'nodeBClientLagMs'))}`, ms(x(r, 'answerMs')),
+        r.notes['closeCodes'] ?? '-', fmtUs(x(r, 'serverCpuUsPerClose')), fmtUs(x(r, 'genCpuUsPerClose')), pct(r.clientUtilMax), pct(r.otherUtil),
+        x(r, 'lastCloseMs') < 1000 ? 'yes' : '**no**', status(r)]),
+    );
+}
+
+/** S13: S1 on two arms of the gateway with WS_AUTH=jwt, without and with the limits and revocations. */
+export function s13Table(rs: readonly Row[], status: (r: Row) => string): string {
+  const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
+  return 'S1\'s load (100 sockets, each its own user and topic, 16 publishes in flight) against two arms, each a fresh gateway per repeat, ' +
+    'in an order alternating by repeat; `limits / plain`: the limits arm\'s msgs per server-CPU-s over the plain arm\'s of the same repeat, median ' +
+    '(every repeat\'s in the next column).\n\n' +
+    table(
+      ['variant', 'target', 'msgs/server-CPU-s', 'msgs/s', 'limits / plain', 'per repeat', 'server CPU', 'busiest generator', 'other load', 'bound', 'p50', 'p99', 'ok runs'],
+      rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtInt(r.perServerCpuS), fmtInt(r.perSec),
+        Number.isFinite(x(r, 'vsPlain')) ? fmtRatio(x(r, 'vsPlain')) : '-', r.notes['ratiosAll'] ?? '-',
+        pct(r.serverUtil), pct(r.clientUtilMax), pct(r.otherUtil), r.bound, fmtUs(r.p50Us), fmtUs(r.p99Us), status(r)]),
+    );
+}
+
 /** S9: arrivals at node B per second (per 100 ms x10) after SIGTERM, one line per kind of client, A's closes as grey bars. */
 export function renderStormSvg(samples: readonly Sample[]): string {
   const ss = samples.filter((s) => s.scenario === 'S9' && s.ok && (s.timeline?.length ?? 0) > 0);
@@ -361,7 +410,8 @@ export function goalsTable(goals: readonly GoalResult[]): string {
     const f = g.goal.field;
     const v = f === 'rssPerSocketBytes' || f === 'rssGrowthPerStalledBytes' ? fmtBytes(g.measured)
       : f === 'rssSlopeBytesPerS' ? `${fmtBytes(g.measured)}/s` : f === 'stallMaxMs' ? fmtMs(g.measured)
-      : f === 'renderP99Ms' ? (Number.isFinite(g.measured) ? `${g.measured.toFixed(1)} ms` : 'n/a') : f === 'drainSecondsWithin' ? pct(g.measured) : fmtRatio(g.measured);
+      : f === 'renderP99Ms' || f === 'revokeLastCloseMs' ? (Number.isFinite(g.measured) ? `${g.measured.toFixed(1)} ms` : 'n/a')
+      : f === 'drainSecondsWithin' ? pct(g.measured) : fmtRatio(g.measured);
     return [g.goal.text, PEER_LABEL[g.sluice], v, g.met === null ? 'not measured' : g.met ? 'yes' : '**no**'];
   }));
 }
@@ -394,6 +444,7 @@ export function methodSection(rec: RunRecord): string {
     ...Object.entries((cfg['scenarios'] ?? {}) as Record<string, Record<string, unknown>>).map(([k, v]) =>
       `  - ${k}: ${Object.entries(v).filter(([f]) => f !== 'scenario').map(([f, x]) => `${f} ${JSON.stringify(x)}`).join(', ')}`),
     ...(rec.samples.some((s) => s.scenario === 'S9') ? ['- S9 (reconnect storm): per kind of client, two fresh gateway processes of the same command and settings (embedded mode, no Redis): node A with `WS_DRAIN_DELAY_MS`, `WS_DRAIN_RATE` (as configured) and `WS_DRAIN_MAX_MS` (clients / rate + delay + 10 s), node B with `WS_DRAIN_RATE=1000000` (used only when it is stopped, after the clients left); the clients in child processes of ~2500 each (`@sluice/client` on `ws`, or plain `ws`), from 8 loopback source addresses. Not part of `ci`.'] : []),
+    ...(rec.samples.some((s) => ['S11', 'S12', 'S13'].includes(s.scenario)) ? ['- S11-S13 (issue 17): the gateway with `WS_AUTH=jwt` (HS256; tokens signed by the generators, one per socket and refresh, each new to the gateway\'s cache) and the kit\'s `ADMIN_TOKEN`; S12 on two nodes in cluster mode on one private redis-server per repeat; S13 with a second arm adding `WS_USER_MSG_LIMIT`, `WS_TENANT_CONNECT_LIMIT`, `WS_MAX_USER_SOCKETS` (never reached) and revocations of other users. Each waits up to 20 s for a quiet machine before its timed parts. Not part of `ci`.'] : []),
     ...(rec.samples.some((s) => s.scenario === 'S8') ? ['- S8 (cluster mode): the same gateway command and settings plus `REDIS_URL` of one private redis-server (`startRedis()` of `@sluice/redis/testing`: loopback, persistence off, flushed before each measurement), started fresh every repeat; gateway processes fresh for every measurement. The embedded single node of each repeat is measured first, then one node on Redis, then the nodes on Redis.'] : []),
     '- S5 stall: the longest event-loop delay since the server started (its start-up and the 300 warm-up upgrades included), sampled every 10 ms, so a reading includes up to 10 ms of sampling interval; the JSON keeps the reading taken just before the storm as `stallMaxMsBefore`.',
   ];

@@ -34,6 +34,10 @@ export interface Row {
   drainSecondsWithin: number;
   /** S10 goal: p99 of sequential /metrics renders, ms, in the run with 10k sockets (and traffic, when it ran). */
   renderP99Ms: number;
+  /** S12 goal: from the revocation request to the last close its clients saw, ms. */
+  revokeLastCloseMs: number;
+  /** S13 goal: the limits arm's msgs per server-CPU-s over the plain arm's, per repeat, median (the limits arm's row only). */
+  limitsVsPlain: number;
   /** Median of every numeric `extra` field over the successful repeats. */
   extras: Record<string, number>;
   /** Every string `extra` field, distinct values over the successful repeats joined with " / ". */
@@ -55,13 +59,17 @@ export const HEADLINE: Record<ScenarioId, { key: HeadlineKey; higherIsBetter: bo
   S8: { key: 'perServerCpuS', higherIsBetter: true, label: 'deliveries per gateway-CPU-s' },
   S9: { key: 'perServerCpuS', higherIsBetter: true, label: 'reconnects per node-B-CPU-s' },
   S10: { key: 'p99Us', higherIsBetter: false, label: '/metrics render p99' },
+  S11: { key: 'perServerCpuS', higherIsBetter: true, label: 'upgrades or refreshes per server-CPU-s' },
+  S12: { key: 'perServerCpuS', higherIsBetter: true, label: 'revoked closes per server-CPU-s' },
+  S13: { key: 'perServerCpuS', higherIsBetter: true, label: 'msgs per server-CPU-s' },
 };
 
 /**
  * Scenarios without a Sluice/peer ratio: S6 is judged against its own run without stalled sockets; S7, S8 and S9 run Sluice only
- * (S8: against its own single node; S9: SDK clients against naive ones; S10: against its own run with 0 sockets).
+ * (S8: against its own single node; S9: SDK clients against naive ones; S10: against its own run with 0 sockets; S11: refresh against
+ * upgrade on one gateway; S12: against its 1 s target; S13: against its own plain arm, per repeat).
  */
-const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7', 'S8', 'S9', 'S10']);
+const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7', 'S8', 'S9', 'S10', 'S11', 'S12', 'S13']);
 
 function extraNum(s: Sample, k: string): number {
   const v = s.extra[k];
@@ -121,6 +129,8 @@ export function rows(samples: readonly Sample[]): Row[] {
       p99VsBaseline: median(ok.map((s) => extraNum(s, 'p99VsBaseline'))),
       drainSecondsWithin: median(ok.map((s) => extraNum(s, 'secondsWithin'))),
       renderP99Ms: median(ok.map((s) => extraNum(s, 'goalRenderP99Ms'))),
+      revokeLastCloseMs: first.scenario === 'S12' ? median(ok.map((s) => extraNum(s, 'lastCloseMs'))) : NaN,
+      limitsVsPlain: first.scenario === 'S13' ? median(ok.map((s) => extraNum(s, 'vsPlain'))) : NaN,
       extras: extrasMedians(ok),
       notes: extrasNotes(ok),
       errors: [...new Set(g.filter((s) => !s.ok).map((s) => s.error ?? 'failed'))],

@@ -11,7 +11,7 @@ import type { MarkResult } from '../loadgen/messages.ts';
 
 export { sleep };
 
-export type ScenarioId = 'S1' | 'S2' | 'S3' | 'S4' | 'S5' | 'S6' | 'S7' | 'S8' | 'S9' | 'S10';
+export type ScenarioId = 'S1' | 'S2' | 'S3' | 'S4' | 'S5' | 'S6' | 'S7' | 'S8' | 'S9' | 'S10' | 'S11' | 'S12' | 'S13';
 
 /** Which resource ran out first (see README: "bound"). */
 export type Bound = 'server' | 'client' | 'machine' | 'none';
@@ -149,6 +149,26 @@ export function diff(a: Snapshot, b: Snapshot, include: (i: number) => boolean =
   };
 }
 
+/**
+ * Waits (at most `maxMs`) until the whole machine used less than `cores` of
+ * CPU over `sliceMs`: other engineers' test runs share this machine, and a
+ * window that starts in one of their bursts measures them too. Resolves with
+ * how long it waited and the last reading (cores); a machine that never got
+ * quiet is measured anyway, and its `other load` says so.
+ */
+export async function waitQuiet(maxMs = 20_000, cores = 0.3, sliceMs = 500): Promise<{ waitedMs: number; busyCores: number }> {
+  const t0 = performance.now();
+  let busy = Infinity;
+  while (performance.now() - t0 < maxMs) {
+    const a = machineBusySeconds();
+    const s0 = performance.now();
+    await sleep(sliceMs);
+    busy = (machineBusySeconds() - a) / ((performance.now() - s0) / 1000);
+    if (busy < cores) break;
+  }
+  return { waitedMs: Math.round(performance.now() - t0), busyCores: Math.round(busy * 100) / 100 };
+}
+
 /** Machine CPU not spent by the server or the generators, in cores (never below 0: the counters tick at 10 ms). */
 export function otherUtil(machineBusyS: number, serverCpuS: number, clientCpuS: readonly number[], wallS: number): number {
   return Math.max(0, machineBusyS - serverCpuS - clientCpuS.reduce((a, b) => a + b, 0)) / wallS;
@@ -170,6 +190,8 @@ export async function interleave(
   opts: RunOptions,
   keys: ReadonlyArray<{ scenario: ScenarioId; variant: string }>,
   body: (srv: ServerProc, spec: TargetSpec, repeat: number) => Promise<Sample[]>,
+  /** Laid over every server's environment (S11: WS_AUTH=jwt). */
+  env: Record<string, string> = {},
 ): Promise<Sample[]> {
   const out: Sample[] = [];
   const label = [...new Set(keys.map((k) => k.scenario))].join('+');
@@ -179,7 +201,7 @@ export async function interleave(
       const spec = TARGETS[name];
       let srv: ServerProc;
       try {
-        srv = await ServerProc.start(spec);
+        srv = await ServerProc.start(spec, 60_000, env);
       } catch (err) {
         const msg = (err as Error).message;
         const lines = msg.split('\n').map((l) => l.trim()).filter((l) => l !== '');

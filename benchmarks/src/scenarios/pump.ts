@@ -6,6 +6,7 @@
 
 import type { ConnectResult, JoinResult, StopResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
+import type { AuthSpec } from '../lib/jwt.ts';
 import type { ServerProc, TargetSpec } from '../lib/server.ts';
 import { diff, interleave, sleep, snapshot, type RunOptions, type Sample, type ScenarioId, windowFields } from './common.ts';
 
@@ -41,15 +42,22 @@ export async function runPump(opts: RunOptions, cfg: PumpConfig): Promise<Sample
   }
 }
 
-async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, repeat: number, size: number, cfg: PumpConfig): Promise<Sample> {
+/**
+ * One S1/S2 measurement on `srv`. With `auth` (S13: WS_AUTH=jwt) every socket
+ * upgrades with a token of its own, signed by the generator before connecting.
+ * `variant` names the sample (default: the payload size).
+ */
+export async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, repeat: number, size: number, cfg: PumpConfig,
+  auth?: AuthSpec, variant = sizeLabel(size)): Promise<Sample> {
   const counts = split(cfg.sockets, pool.size);
   let base = 0;
   const bases = counts.map((c) => { const b = base; base += c; return b; });
   try {
+    if (auth !== undefined) await pool.all((p) => ({ op: 'sign', purpose: 'upgrade', auth, idBase: bases[p.index]!, count: counts[p.index]! }));
     const conn = await pool.all<ConnectResult>((p) => ({
       op: 'connect',
       target: { host: '127.0.0.1', port: srv.port, proto: spec.proto },
-      count: counts[p.index]!, idBase: bases[p.index]!, sources: ['127.0.0.1'], concurrency: 100, timeoutMs: 15_000,
+      count: counts[p.index]!, idBase: bases[p.index]!, sources: ['127.0.0.1'], concurrency: 100, timeoutMs: 15_000, withTokens: auth !== undefined,
     }));
     const ready = conn.reduce((a, c) => a + c.ready, 0);
     if (ready < cfg.sockets) throw new Error(`only ${ready}/${cfg.sockets} sockets connected: ${JSON.stringify(conn.map((c) => c.reasons))}`);
@@ -71,7 +79,7 @@ async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, repea
     if (count === 0) problems.push('no replies in the window');
     return {
       scenario: cfg.scenario,
-      variant: sizeLabel(size),
+      variant,
       target: spec.name,
       repeat,
       ...windowFields(w, count, spec.threads, problems),

@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
-import { type Config, type ControlCommand, type DisconnectTarget, hasControlChar, MAX_SUB_LENGTH, type PublishRequest,
+import { type Config, type ControlCommand, describeCommand, type DisconnectTarget, hasControlChar, MAX_SUB_LENGTH, type PublishRequest,
   type PublishResult } from '@sluice/core';
 import { decodeFrameObject, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
@@ -119,7 +119,7 @@ export function createAdminServer(deps: AdminDeps): Server {
       case '/v1/subscribe':
       case '/v1/unsubscribe': {
         const cmd = controlCommand(r.path, await readJson(req, CONTROL_BODY_BYTES), deps.config, Date.now());
-        deps.log.info({ ...describe(cmd), from: req.socket.remoteAddress }, `admin: ${r.path.slice(4)}`);
+        deps.log.info({ ...describeCommand(cmd), from: req.socket.remoteAddress }, `admin: ${r.path.slice(4)}`);
         const result = await deps.control(cmd);
         if (!result.ok) throw new Refused(503, result.reason, result.message);
         return json(res, 202, { status: r.path === '/v1/revoke' ? 'revoked' : 'accepted' });
@@ -129,23 +129,6 @@ export function createAdminServer(deps: AdminDeps): Server {
         deps.drain();
         return json(res, 202, { status: 'draining' });
     }
-  }
-}
-
-/** The fields of a command for the admin action's log line: who and what, never a token. */
-function describe(cmd: ControlCommand): Record<string, unknown> {
-  switch (cmd.op) {
-    case 'revoke': {
-      const r = cmd.revocation;
-      return r.kind === 'user' ? { tenant: r.tenant, user: r.user } : { tenant: r.tenant, jti: r.jti };
-    }
-    case 'disconnect':
-      return { ...cmd.target, reconnect: cmd.retry };
-    case 'subscribe':
-    case 'unsubscribe':
-      return { tenant: cmd.tenant, user: cmd.user, topic: cmd.topic };
-    case 'revocations':
-      return { count: cmd.list.length };
   }
 }
 

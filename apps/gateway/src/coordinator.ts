@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Piscina } from 'piscina';
-import { actionOf, type Config, type ControlCommand, type DrainPace, MemoryUserSockets, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, PendingRequests, shareBudget,
+import { actionOf, type Config, type ControlCommand, describeCommand, type DrainPace, MemoryUserSockets, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, PendingRequests, shareBudget,
   type PublishRequest, type PublishResult, redactedConfig, type RequestTimers, topicKey } from '@sluice/core';
 import { counterFrom, endSpan, gaugeFrom, type Logger, type MetricsJson, registerProcessMetrics, registerThreadMetrics,
   Registry, SpanKind, startSpan, type Tracer, traceparentOf } from '@sluice/telemetry';
@@ -360,12 +360,7 @@ export class Coordinator {
       this.ask<number>(link, (rid) => ({ op: 'control', rid, cmd }), 0, 5000)));
     const sockets = counts.reduce((a, b) => a + b, 0);
     if (cmd.op === 'revocations' && sockets === 0) return;
-    const what = cmd.op === 'revoke' ? (cmd.revocation.kind === 'user' ? { tenant: cmd.revocation.tenant, user: cmd.revocation.user }
-      : { tenant: cmd.revocation.tenant, jti: cmd.revocation.jti })
-      : cmd.op === 'disconnect' ? { ...cmd.target, reconnect: cmd.retry }
-      : cmd.op === 'revocations' ? { revocations: cmd.list.length }
-      : { tenant: cmd.tenant, user: cmd.user, topic: cmd.topic };
-    this.log.info({ action: actionOf(cmd), ...what, sockets, origin: origin === this.nodeId ? 'this node' : origin },
+    this.log.info({ action: actionOf(cmd), ...describeCommand(cmd), sockets, origin: origin === this.nodeId ? 'this node' : origin },
       'admin action carried out on this node');
   }
 

@@ -1,11 +1,12 @@
 /**
  * The limits shared across shards and nodes (unlike a socket's own frame
- * window, which the guard keeps in its user data): per-tenant publish and
- * per-IP upgrade windows, as a shard applies them.
- * The tenant window is a LocalLimiter: `hit` decides on the spot from the
+ * window, which the guard keeps in its user data): per-tenant and per-user
+ * publish windows and per-IP and per-tenant upgrade windows, as a shard
+ * applies them.
+ * The publish windows are LocalLimiters: `hit` decides on the spot from the
  * shard's allowance; the accepted hits are settled in batches with the
- * cluster's store (Redis) on a short timer. The IP window is checked with
- * the store on each upgrade. When Redis is not configured, or does not
+ * cluster's store (Redis) on a short timer. The upgrade windows are checked
+ * with the store, every attempt counted (ExactWindow, one settle per turn). When Redis is not configured, or does not
  * answer, the batches go to the node's memory store in the coordinator
  * instead (one per node, shared by its shards): limits then hold per node.
  * Whether Redis is down is the shard's RedisHealth (a settle is not even

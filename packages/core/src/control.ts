@@ -28,6 +28,23 @@ export type ControlCommand =
 
 export type ControlAction = 'revoke' | 'disconnect' | 'subscribe' | 'unsubscribe';
 
+/** A command's target, for log lines: who and what, never a token. */
+export function describeCommand(cmd: ControlCommand): Record<string, unknown> {
+  switch (cmd.op) {
+    case 'revoke': {
+      const r = cmd.revocation;
+      return r.kind === 'user' ? { tenant: r.tenant, user: r.user } : { tenant: r.tenant, jti: r.jti };
+    }
+    case 'revocations':
+      return { revocations: cmd.list.length };
+    case 'disconnect':
+      return { ...cmd.target, reconnect: cmd.retry };
+    case 'subscribe':
+    case 'unsubscribe':
+      return { tenant: cmd.tenant, user: cmd.user, topic: cmd.topic };
+  }
+}
+
 /** The admin action a command counts under (`revocations` is a revoke). */
 export function actionOf(cmd: ControlCommand): ControlAction {
   return cmd.op === 'revocations' ? 'revoke' : cmd.op;

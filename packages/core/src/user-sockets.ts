@@ -24,7 +24,7 @@ export interface UserSocketStore {
   beat(holder: string, now: number): Promise<void>;
   /** `holder` is gone: its sockets stop counting at once. */
   retire(holder: string): Promise<void>;
-  /** The user's sockets over every live holder at `now` (for tests and the admin API). */
+  /** The user's sockets over every live holder at `now` (the contract tests read it; the gateway does not). */
   count(key: string, now: number): Promise<number>;
 }
 

@@ -9,7 +9,7 @@ import { actionOf, type ControlCommand, type Revocation, type Revocations, retry
 import type { ShardContext } from './context.ts';
 import type { Session } from './session.ts';
 import type { Socket } from './socket-data.ts';
-import type { UserIndex } from './users.ts';
+import type { SocketIndex } from './socket-index.ts';
 
 export class AdminActions {
   /** The prefix of the ids of the sockets this shard (this generation) accepted. */
@@ -18,8 +18,8 @@ export class AdminActions {
   constructor(
     private readonly ctx: ShardContext,
     private readonly session: Session,
-    private readonly users: UserIndex<Socket>,
-    private readonly tokens: UserIndex<Socket>,
+    private readonly users: SocketIndex<Socket>,
+    private readonly tokens: SocketIndex<Socket>,
     private readonly revocations: Revocations,
   ) {
     const t = ctx.task;

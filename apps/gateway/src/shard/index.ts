@@ -37,7 +37,7 @@ import type { Socket, SocketData } from './socket-data.ts';
 import type { ShardExit, ShardTask } from './task.ts';
 import { Topics } from './topics.ts';
 import { ShardTracing } from './tracing.ts';
-import { UserIndex } from './users.ts';
+import { SocketIndex } from './socket-index.ts';
 
 export type { ShardExit, ShardTask } from './task.ts';
 
@@ -122,8 +122,8 @@ class Shard {
     const verifier = cfg.auth === 'jwt' ? new Verifier(cfg) : null;
     const now = Date.now();
     for (const r of task.revocations) this.revocations.add(r, now);
-    const users = new UserIndex<Socket>();
-    const tokens = new UserIndex<Socket>();
+    const users = new SocketIndex<Socket>();
+    const tokens = new SocketIndex<Socket>();
     this.cap = cfg.maxUserSockets === 0 || cfg.auth !== 'jwt' ? null : new UserSocketCap(cfg.maxUserSockets, this.userStore(), `${task.nodeId}.${task.shard}.${task.generation}`,
       ctx.log, () => this.claimAll(), this.backplane.redis?.health);
     this.session = new Session(ctx, {

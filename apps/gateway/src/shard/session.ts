@@ -21,7 +21,7 @@ import type { Recoveries, Recovery } from './recovery.ts';
 import type { Replies } from './replies.ts';
 import { closeSocket, type Socket, type SocketData } from './socket-data.ts';
 import type { Topics } from './topics.ts';
-import type { UserIndex } from './users.ts';
+import type { SocketIndex } from './socket-index.ts';
 import type { UserSocketCap } from '../user-socket-cap.ts';
 
 const CRASH_FRAME = '{"type":"debug.crash"}';
@@ -41,8 +41,8 @@ export interface SessionParts {
   /** The revocations in force (POST /v1/revoke), in memory: checked on open and on refresh. */
   readonly revocations: Revocations;
   /** This shard's open sockets by user, and those whose token has a `jti` by token. */
-  readonly users: UserIndex<Socket>;
-  readonly tokens: UserIndex<Socket>;
+  readonly users: SocketIndex<Socket>;
+  readonly tokens: SocketIndex<Socket>;
   /** WS_MAX_USER_SOCKETS: every socket claimed one at its upgrade and gives it back at its close; null when off. */
   readonly cap: UserSocketCap | null;
 }

@@ -57,26 +57,62 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** Waits for a listener on `port`; `spawnError` ends the wait at once (a binary that could not be run). */
-async function waitForPort(port: number, ms: number, spawnError: () => unknown = () => undefined): Promise<void> {
+/**
+ * Waits until redis-server answers PING on `port` (a listener alone could be
+ * another process's). `failed` ends the wait at once with its error: a
+ * binary that could not be run, or a process that exited before it
+ * listened (a port taken between `freePort` and the bind).
+ */
+async function waitForPort(port: number, ms: number, failed: () => Error | undefined = () => undefined): Promise<void> {
   const deadline = Date.now() + ms;
   for (;;) {
-    if (spawnError() !== undefined) throw spawnError();
+    const f = failed();
+    if (f !== undefined) throw f;
     const ok = await new Promise<boolean>((resolve) => {
       const s = connect(port, '127.0.0.1');
-      s.once('connect', () => {
+      let got = '';
+      const done = (v: boolean): void => {
+        clearTimeout(t);
         s.destroy();
-        resolve(true);
+        resolve(v);
+      };
+      const t = setTimeout(() => done(false), 500);
+      s.once('connect', () => s.write('PING\r\n'));
+      s.on('data', (c: Buffer) => {
+        got += c.toString();
+        if (got.includes('\r\n')) done(got.startsWith('+PONG'));
       });
-      s.once('error', () => resolve(false));
+      s.once('error', () => done(false));
+      s.once('close', () => done(false));
     });
     if (ok) return;
-    if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not start in ${ms} ms`);
+    if (Date.now() > deadline) throw failed() ?? new Error(`redis-server on port ${port} did not start in ${ms} ms`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }
 
+/** Thrown when redis-server exited before listening; `bindFailed` when it said an address was in use. */
+class RedisStartFailed extends Error {
+  constructor(message: string, readonly bindFailed: boolean) {
+    super(message);
+  }
+}
+
 export async function startRedis(opts: { cluster?: boolean; port?: number; persist?: boolean } = {}): Promise<RedisServer> {
+  // Ports come from freePort, which lets go of them before redis-server binds:
+  // another process (a client's source port, in the ephemeral range) can take
+  // one in between. Redis says so and exits; then new ports are chosen, up to
+  // three times. A port the caller gave is never changed.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startRedisOnce(opts);
+    } catch (e) {
+      if (!(e instanceof RedisStartFailed) || !e.bindFailed || opts.port !== undefined || attempt === 3) throw e;
+    }
+  }
+}
+
+async function startRedisOnce(opts: { cluster?: boolean; port?: number; persist?: boolean }): Promise<RedisServer> {
   const redisServer = requireSystemDep('redis-server');
   const port = opts.port ?? (await freePort());
   const dir = mkdtempSync(join(tmpdir(), `sluice-redis-${port}-`));
@@ -85,18 +121,38 @@ export async function startRedis(opts: { cluster?: boolean; port?: number; persi
   // persist: an append-only file, so that a stop and start keeps the data (the fault tests).
   const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', opts.persist === true ? 'yes' : 'no',
     '--daemonize', 'no', '--loglevel', 'warning', '--protected-mode', 'no'];
-  if (opts.cluster === true) args.push('--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf'), '--cluster-node-timeout', '2000');
+  // The cluster bus port is chosen free too: by default it is port + 10000,
+  // which nothing reserved and a client's source port may hold.
+  if (opts.cluster === true) {
+    args.push('--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf'), '--cluster-node-timeout', '2000', '--cluster-port', String(await freePort()));
+  }
   const server: RedisServer = {
     port,
     url: `redis://127.0.0.1:${port}`,
     async start() {
-      proc = spawn(redisServer, args, { stdio: ['ignore', 'ignore', 'inherit'] });
-      const p = proc;
+      // Its log (stdout) is kept, not shown: the last lines say why a start failed.
+      const p = spawn(redisServer, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+      proc = p;
+      let said = '';
+      const keep = (c: Buffer): void => {
+        said = (said + c.toString()).slice(-2000);
+      };
+      p.stdout.on('data', keep);
+      p.stderr.on('data', keep);
       exited = new Promise((resolve) => p.once('exit', () => resolve()));
-      // A spawn that fails (ENOENT) rejects at once rather than after the wait for the port.
-      let spawnError: unknown;
-      p.once('error', (e) => (spawnError = systemDepError('redis-server', e)));
-      await waitForPort(port, 5000, () => spawnError);
+      // A spawn that fails (ENOENT) rejects at once, as does an exit before the port listens.
+      let failure: Error | undefined;
+      p.once('error', (e) => (failure = systemDepError('redis-server', e) as Error));
+      p.once('exit', (code, signal) => {
+        const why = said.trim().split('\n').slice(-3).join(' | ');
+        failure ??= new RedisStartFailed(`redis-server on port ${port} exited (${code ?? signal}) before it listened: ${why}`, /in use|EADDRINUSE/i.test(said));
+      });
+      try {
+        await waitForPort(port, 5000, () => failure);
+      } catch (e) {
+        p.kill('SIGKILL');
+        throw e;
+      }
     },
     async stop() {
       if (proc === undefined || proc.exitCode !== null || proc.signalCode !== null) return;
@@ -108,7 +164,12 @@ export async function startRedis(opts: { cluster?: boolean; port?: number; persi
       return stdout;
     },
   };
-  await server.start();
+  try {
+    await server.start();
+  } catch (e) {
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
   const stop = server.stop;
   // The directory goes when the server is stopped for good (process exit); restarts reuse it.
   process.once('exit', () => {
@@ -121,15 +182,23 @@ export async function startRedis(opts: { cluster?: boolean; port?: number; persi
 /** Three masters, no replicas, slots spread by `redis-cli --cluster create`. */
 export async function startRedisCluster(): Promise<RedisCluster> {
   requireSystemDep('redis-cli');
-  const nodes = [await startRedis({ cluster: true }), await startRedis({ cluster: true }), await startRedis({ cluster: true })];
-  await redisCli(['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes']);
-  // Wait until every node agrees the cluster is up.
-  const deadline = Date.now() + 10_000;
-  for (const n of nodes) {
-    while (!(await n.cli('cluster', 'info')).includes('cluster_state:ok')) {
-      if (Date.now() > deadline) throw new Error('redis cluster did not reach cluster_state:ok');
-      await new Promise((r) => setTimeout(r, 50));
+  const nodes: RedisServer[] = [];
+  // A start that fails stops what it started: a live child would hold the
+  // test file's process open after its tests ended.
+  try {
+    for (let i = 0; i < 3; i++) nodes.push(await startRedis({ cluster: true }));
+    await redisCli(['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes']);
+    // Wait until every node agrees the cluster is up.
+    const deadline = Date.now() + 10_000;
+    for (const n of nodes) {
+      while (!(await n.cli('cluster', 'info')).includes('cluster_state:ok')) {
+        if (Date.now() > deadline) throw new Error('redis cluster did not reach cluster_state:ok');
+        await new Promise((r) => setTimeout(r, 50));
+      }
     }
+  } catch (e) {
+    await Promise.all(nodes.map((n) => n.stop()));
+    throw e;
   }
   return {
     ports: nodes.map((n) => n.port),

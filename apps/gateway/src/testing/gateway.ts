@@ -95,6 +95,12 @@ export interface Gateway {
 
 /** Gateways started and not yet stopped: a test file stops what is left at its end. */
 export const running = new Set<Gateway>();
+// The last resort: a gateway a failed hook never stopped goes with the test
+// file's process (the runner ends each file with --test-force-exit), rather
+// than living on and loading the machine for the files after it.
+process.once('exit', () => {
+  for (const gw of running) if (gw.alive) gw.signal('SIGKILL');
+});
 
 /** The gateway's command line, from source or from the build. */
 export function gatewayArgs(opts: Pick<StartOptions, 'built'> = {}): string[] {

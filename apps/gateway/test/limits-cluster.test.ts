@@ -32,7 +32,7 @@ describe('tenant publish window, two nodes on Redis', () => {
   });
 
   test(`sockets of one tenant on both nodes, publishing flat out for 10 s, get ${LIMIT}/s accepted within 10% per window, ` +
-    'with under 1 limiter command per 50 frames', async () => {
+    'with at most one limiter command per shard per 10 ms, however many frames', async () => {
     const clients: Client[] = [];
     for (const gw of nodes) for (let i = 0; i < 3; i++) clients.push(await Client.connect(gw.url()));
     const commandsBefore = await sum(nodes, 'sluice_limiter_redis_commands_total');
@@ -69,7 +69,14 @@ describe('tenant publish window, two nodes on Redis', () => {
     assert.ok(limited > frames / 2, `the load was above the limit (${limited} of ${frames} limited)`);
     assert.equal(badHint, 0, 'every tenant_rate_limited reply carries retryAfterMs within the window');
     assert.ok(commands > 0, 'the windows were settled with Redis');
-    assert.ok(commands * 50 < frames, `${commands} limiter commands for ${frames} frames`);
+    // A shard settles its one key at most once per minGapMs (10 ms) when its
+    // allowance runs out, whatever the frame rate: the Redis cost is bounded
+    // by time and shards, not by frames (a ratio to frames would measure
+    // this machine's speed). 2 nodes x 2 shards; +10 per shard for the start.
+    const shards = nodes.length * 2;
+    const elapsed = Date.now() - started;
+    assert.ok(commands <= shards * (Math.ceil(elapsed / 10) + 10),
+      `${commands} limiter commands in ${elapsed} ms over ${shards} shards (${frames} frames)`);
     // Rejections of the tenant window are not strikes: no socket was closed.
     for (const c of clients) assert.equal(c.closed, undefined);
     for (const c of clients) c.close();

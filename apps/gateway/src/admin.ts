@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { timingSafeEqual } from 'node:crypto';
 import { type Config, type ControlCommand, describeCommand, type DisconnectTarget, hasControlChar, MAX_SUB_LENGTH, type PublishRequest,
   type PublishResult } from '@sluice/core';
-import { decodeFrameObject, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
+import { decodeFrameObject, type PublishFrame, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
 
 /** What a server-side control command came to: taken (it reaches every node within 1 s), or not taken at all. */
@@ -42,7 +42,9 @@ const TENANT_RULE = 'tenant must match ^[A-Za-z0-9:_.\\-]{1,200}$';
 
 /** An error answer: every one has a reason and a message. */
 class Refused {
-  constructor(readonly status: number, readonly reason: string, readonly message: string, readonly headers: Record<string, string> = {}) {}
+  constructor(readonly status: number, readonly reason: string, readonly message: string, readonly headers: Record<string, string> = {},
+    /** More fields of the answer, after reason and message. */
+    readonly extra: Record<string, unknown> = {}) {}
 }
 
 /**
@@ -69,7 +71,7 @@ export function createAdminServer(deps: AdminDeps): Server {
 
   const failed = (res: ServerResponse, route: string) => (err: unknown): void => {
     if (err instanceof Refused) {
-      if (!res.headersSent) json(res, err.status, { reason: err.reason, message: err.message }, err.headers);
+      if (!res.headersSent) json(res, err.status, { reason: err.reason, message: err.message, ...err.extra }, err.headers);
       return;
     }
     deps.log.error({ err, route }, 'admin request failed');
@@ -196,8 +198,13 @@ function bad(message: string): Refused {
   return new Refused(400, 'bad_request', message);
 }
 
-/** The fields of an admin publish: a client publish frame's without `type` (a `ref` is taken and ignored, as v1 did), and a tenant. */
-const PUBLISH_FIELDS = ['tenant', 'topic', 'data', 'key', 'ephemeral', 'idempotencyKey', 'traceparent', 'ref'];
+/**
+ * The fields of an admin publish: a client publish frame's without `type` (a
+ * `ref` is taken and ignored, as v1 did), a tenant, and `topics` (1 to
+ * MAX_BROADCAST_TOPICS) instead of `topic`.
+ */
+const PUBLISH_FIELDS = ['tenant', 'topic', 'topics', 'data', 'key', 'ephemeral', 'idempotencyKey', 'traceparent', 'ref'];
+export const MAX_BROADCAST_TOPICS = 100;
 
 async function publish(deps: AdminDeps, req: IncomingMessage, obj: Record<string, unknown>, res: ServerResponse): Promise<void> {
   for (const k of Object.keys(obj)) {
@@ -205,24 +212,79 @@ async function publish(deps: AdminDeps, req: IncomingMessage, obj: Record<string
   }
   const tenant = obj.tenant ?? 'default';
   if (typeof tenant !== 'string' || !TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
-  const r = decodeFrameObject({ ...obj, type: 'publish' });
-  if (!r.ok) throw bad(r.message ?? 'not a publish');
-  if (r.frame.type !== 'publish') throw bad('not a publish');
-  const f = r.frame;
   // W3C Trace Context: the body's field, else the request's header (an invalid header is ignored, as the spec says).
   const header = req.headers.traceparent;
-  const traceparent = f.traceparent ?? (typeof header === 'string' && TRACEPARENT_PATTERN.test(header) ? header : undefined);
+  const headerTrace = typeof header === 'string' && TRACEPARENT_PATTERN.test(header) ? header : undefined;
+  if (obj.topics !== undefined) return broadcast(deps, tenant, obj, headerTrace, res);
+  const f = publishFrame(obj);
   const result = await deps.publish({ tenant, topic: f.topic, dataJson: f.dataJson, cls: f.cls, key: f.key,
-    idempotencyKey: f.idempotencyKey, traceparent });
-  if (!result.ok) {
-    throw new Refused(503, result.reason, result.reason === 'unavailable'
-      ? 'the event could not be published now (the store or a shard is unavailable); retry with the same idempotencyKey'
-      : 'the publish failed inside the gateway; see its log');
-  }
+    idempotencyKey: f.idempotencyKey, traceparent: f.traceparent ?? headerTrace });
+  if (!result.ok) throw publishFailed(result.reason, '');
   const out: Record<string, unknown> = {};
   if (result.id !== undefined) out.id = result.id;
   if (result.duplicate) out.duplicate = true;
   return json(res, 200, out);
+}
+
+/** The body as a client publish frame would be decoded (the same checks and messages), or a 400. */
+function publishFrame(obj: Record<string, unknown>): PublishFrame {
+  const r = decodeFrameObject({ ...obj, type: 'publish' });
+  if (!r.ok) throw bad(r.message ?? 'not a publish');
+  if (r.frame.type !== 'publish') throw bad('not a publish');
+  return r.frame;
+}
+
+function publishFailed(reason: 'unavailable' | 'internal', detail: string, extra: Record<string, unknown> = {}): Refused {
+  return new Refused(503, reason, (reason === 'unavailable'
+    ? 'the event could not be published now (the store or a shard is unavailable); retry with the same idempotencyKey'
+    : 'the publish failed inside the gateway; see its log') + detail, {}, extra);
+}
+
+/**
+ * `topics`: every topic is checked before anything is published (a bad one
+ * is a 400 and nothing is sent), then the event is published to each in the
+ * order given, as that many single publishes would be, idempotency key
+ * included (it is per topic). A publish that fails stops the rest: the 503
+ * names the topic and carries the ids of those already published, so that a
+ * retry with the same idempotencyKey publishes each topic once.
+ */
+async function broadcast(deps: AdminDeps, tenant: string, obj: Record<string, unknown>, headerTrace: string | undefined,
+  res: ServerResponse): Promise<void> {
+  const topics = obj.topics;
+  if (obj.topic !== undefined) throw bad('give topic or topics, not both');
+  if (!Array.isArray(topics) || topics.length === 0 || topics.length > MAX_BROADCAST_TOPICS) {
+    throw bad(`topics must be an array of 1 to ${MAX_BROADCAST_TOPICS} topic names`);
+  }
+  const seen = new Set<string>();
+  const rest = { ...obj };
+  delete rest.topics;
+  const frames = topics.map((t, i) => {
+    if (typeof t !== 'string') throw bad(`topics[${i}] is not a string`);
+    if (seen.has(t)) throw bad(`topics[${i}] ${JSON.stringify(t)} is given twice`);
+    seen.add(t);
+    try {
+      return publishFrame({ ...rest, topic: t });
+    } catch (e) {
+      throw e instanceof Refused ? bad(`topics[${i}]: ${e.message}`) : e;
+    }
+  });
+  const ids: Record<string, string> = {};
+  for (const f of frames) {
+    // Idempotency records are per (tenant, key): each topic gets its own key,
+    // the given one and the topic after DEL (\x7f), which no client key can
+    // hold and no internal message format uses as a separator (they use
+    // \x00, \x1e and \x1f), so a retry matches topic by topic.
+    const idempotencyKey = f.idempotencyKey === undefined ? undefined : `${f.idempotencyKey}\x7f${f.topic}`;
+    const result = await deps.publish({ tenant, topic: f.topic, dataJson: f.dataJson, cls: f.cls, key: f.key,
+      idempotencyKey, traceparent: f.traceparent ?? headerTrace });
+    if (!result.ok) {
+      const done = Object.keys(ids).length;
+      throw publishFailed(result.reason, `; failed at ${JSON.stringify(f.topic)}, after ${done} of ${frames.length} topics were published`,
+        { ids });
+    }
+    if (result.id !== undefined) ids[f.topic] = result.id;
+  }
+  return json(res, 200, Object.keys(ids).length === 0 ? {} : { ids });
 }
 
 function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {

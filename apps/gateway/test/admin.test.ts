@@ -70,3 +70,28 @@ test('once the dependencies work again, so do the routes', async () => {
   assert.deepEqual(await res.json(), { id: '1-0' });
   assert.equal((await fetch(`${base}/health/ready`)).status, 200);
 });
+
+test('topics: a publish that fails part way answers 503 naming the topic, with the ids already published, and stops there', async () => {
+  const sent: string[] = [];
+  const srv = createAdminServer({
+    ...deps,
+    publish: (req) => {
+      sent.push(req.topic);
+      return Promise.resolve(req.topic === 'room:2' ? { ok: false, reason: 'unavailable' } : { ok: true, id: `${sent.length}-0`, duplicate: false });
+    },
+  });
+  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  try {
+    const res = await fetch(`http://127.0.0.1:${(srv.address() as AddressInfo).port}/v1/publish`, {
+      method: 'POST', body: JSON.stringify({ topics: ['room:1', 'room:2', 'room:3'], data: 1, idempotencyKey: 'k1' }),
+    });
+    assert.equal(res.status, 503);
+    const body = (await res.json()) as { reason: string; message: string; ids: Record<string, string> };
+    assert.equal(body.reason, 'unavailable');
+    assert.match(body.message, /failed at "room:2", after 1 of 3 topics/);
+    assert.deepEqual(body.ids, { 'room:1': '1-0' });
+    assert.deepEqual(sent, ['room:1', 'room:2'], 'room:3 was not tried');
+  } finally {
+    await new Promise<void>((resolve) => srv.close(() => resolve()));
+  }
+});

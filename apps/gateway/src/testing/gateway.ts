@@ -96,8 +96,8 @@ export interface Gateway {
 /** Gateways started and not yet stopped: a test file stops what is left at its end. */
 export const running = new Set<Gateway>();
 // The last resort: a gateway a failed hook never stopped goes with the test
-// file's process (the runner ends each file with --test-force-exit), rather
-// than living on and loading the machine for the files after it.
+// file's process (when the runner's per-file timeout ends it), rather than
+// living on and loading the machine for the files after it.
 process.once('exit', () => {
   for (const gw of running) if (gw.alive) gw.signal('SIGKILL');
 });

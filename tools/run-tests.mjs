@@ -29,8 +29,9 @@ if (selected.length === 0) { console.error('no test files found'); process.exit(
 const reporter = process.stdout.isTTY ? [] : ['--test-reporter=tap'];
 // A file that hangs (a redis-server or gateway a failed hook started, left
 // alive, holds its process open) fails after --test-timeout, which node:test
-// applies to each file as a whole (the longest file takes about a minute
-// here), instead of holding the run, and CI, until it is killed. Not
+// applies to each file as a whole (far above any file's time here), instead
+// of holding the run, and CI, until it is killed; the kits then kill their
+// children (see their SIGTERM handler). Not
 // --test-force-exit: it may end a file before all its tests ran (suspected
 // when one CI run counted 749 tests on Node 24 against 759 on Node 20).
 const timeoutMs = Number(process.env.SLUICE_TEST_TIMEOUT_MS ?? 600_000);

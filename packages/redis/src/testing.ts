@@ -179,6 +179,16 @@ async function startRedisOnce(opts: { cluster?: boolean; port?: number; persist?
   return { ...server, stop };
 }
 
+// When the runner's per-file timeout ends this process it sends SIGTERM,
+// and Node runs no 'exit' handlers on a signal by default: exit instead, so
+// that they kill this file's children. Once, whichever kit loads first; a
+// process with a SIGTERM handler of its own is left to it.
+if (process.listenerCount('SIGTERM') === 0) {
+  process.once('SIGTERM', () => {
+    if (process.listenerCount('SIGTERM') === 0) process.exit(143);
+  });
+}
+
 /** Three masters, no replicas, slots spread by `redis-cli --cluster create`. */
 export async function startRedisCluster(): Promise<RedisCluster> {
   requireSystemDep('redis-cli');

@@ -96,11 +96,20 @@ export interface Gateway {
 /** Gateways started and not yet stopped: a test file stops what is left at its end. */
 export const running = new Set<Gateway>();
 // The last resort: a gateway a failed hook never stopped goes with the test
-// file's process (when the runner's per-file timeout ends it), rather than
-// living on and loading the machine for the files after it.
+// file's process, rather than living on and loading the machine for the
+// files after it.
 process.once('exit', () => {
   for (const gw of running) if (gw.alive) gw.signal('SIGKILL');
 });
+// When the runner's per-file timeout ends this process it sends SIGTERM,
+// and Node runs no 'exit' handlers on a signal by default: exit instead, so
+// that they kill this file's children. Once, whichever kit loads first; a
+// process with a SIGTERM handler of its own is left to it.
+if (process.listenerCount('SIGTERM') === 0) {
+  process.once('SIGTERM', () => {
+    if (process.listenerCount('SIGTERM') === 0) process.exit(143);
+  });
+}
 
 /** The gateway's command line, from source or from the build. */
 export function gatewayArgs(opts: Pick<StartOptions, 'built'> = {}): string[] {

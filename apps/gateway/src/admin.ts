@@ -204,7 +204,7 @@ function bad(message: string): Refused {
  * MAX_BROADCAST_TOPICS) instead of `topic`.
  */
 const PUBLISH_FIELDS = ['tenant', 'topic', 'topics', 'data', 'key', 'ephemeral', 'idempotencyKey', 'traceparent', 'ref'];
-export const MAX_BROADCAST_TOPICS = 100;
+const MAX_BROADCAST_TOPICS = 100;
 
 async function publish(deps: AdminDeps, req: IncomingMessage, obj: Record<string, unknown>, res: ServerResponse): Promise<void> {
   for (const k of Object.keys(obj)) {

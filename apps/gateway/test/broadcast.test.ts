@@ -23,9 +23,9 @@ describe('POST /v1/publish with topics, one node with two shards', () => {
   });
 
   /**
-   * Sends a durable marker to every room and waits for it on every socket:
-   * every durable event published before it has arrived (durable events of a
-   * topic keep their order; an ephemeral one may overtake them).
+   * Sends a marker to every room and waits for it on every socket: per
+   * topic, events arrive in order, so whatever was published before it has
+   * arrived.
    */
   async function settle(tag: string): Promise<void> {
     assert.equal((await gw.adminPost('/v1/publish', { topics: rooms, data: tag })).status, 200);

@@ -2,8 +2,11 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { timingSafeEqual } from 'node:crypto';
 import { type Config, type ControlCommand, describeCommand, type DisconnectTarget, hasControlChar, MAX_SUB_LENGTH, type PublishRequest,
   type PublishResult } from '@sluice/core';
-import { decodeFrameObject, type PublishFrame, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
+import { decodeFrameObject, encodeEventFrame, type PublishFrame, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
+
+/** What a publish to users came to: the users among those named that had a socket open, or not sent at all. */
+export type UsersResult = { readonly ok: true; readonly online: readonly string[] } | { readonly ok: false; readonly reason: 'unavailable'; readonly message: string };
 
 /** What a server-side control command came to: taken (it reaches every node within 1 s), or not taken at all. */
 export type ControlResult = { readonly ok: true } | { readonly ok: false; readonly reason: 'unavailable'; readonly message: string };
@@ -16,6 +19,8 @@ export interface AdminDeps {
   publish(req: PublishRequest): Promise<PublishResult>;
   /** Sends a command to every shard of every node. Resolves once it is on its way (cluster mode: Redis took it). */
   control(cmd: ControlCommand): Promise<ControlResult>;
+  /** Sends one `$user` event frame to every open socket of `users` (of `tenant`) on every node. */
+  toUsers(tenant: string, users: readonly string[], frame: string): Promise<UsersResult>;
   /** Starts the drain, as SIGTERM does; the admin server keeps answering until the process exits. */
   drain(): void;
 }
@@ -203,8 +208,12 @@ function bad(message: string): Refused {
  * `ref` is taken and ignored, as v1 did), a tenant, and `topics` (1 to
  * MAX_BROADCAST_TOPICS) instead of `topic`.
  */
-const PUBLISH_FIELDS = ['tenant', 'topic', 'topics', 'data', 'key', 'ephemeral', 'idempotencyKey', 'traceparent', 'ref'];
+const PUBLISH_FIELDS = ['tenant', 'topic', 'topics', 'users', 'data', 'key', 'ephemeral', 'idempotencyKey', 'traceparent', 'ref'];
 const MAX_BROADCAST_TOPICS = 100;
+/** The most users one publish may name (PROTOCOL.md). */
+export const MAX_USER_TARGETS = 1000;
+/** The topic of a user-addressed event; no client topic can be it (`$` is outside the topic pattern). */
+export const USER_TOPIC = '$user';
 
 async function publish(deps: AdminDeps, req: IncomingMessage, obj: Record<string, unknown>, res: ServerResponse): Promise<void> {
   for (const k of Object.keys(obj)) {
@@ -215,6 +224,7 @@ async function publish(deps: AdminDeps, req: IncomingMessage, obj: Record<string
   // W3C Trace Context: the body's field, else the request's header (an invalid header is ignored, as the spec says).
   const header = req.headers.traceparent;
   const headerTrace = typeof header === 'string' && TRACEPARENT_PATTERN.test(header) ? header : undefined;
+  if (obj.users !== undefined) return toUsers(deps, tenant, obj, headerTrace, res);
   if (obj.topics !== undefined) return broadcast(deps, tenant, obj, headerTrace, res);
   const f = publishFrame(obj);
   const result = await deps.publish({ tenant, topic: f.topic, dataJson: f.dataJson, cls: f.cls, key: f.key,
@@ -285,6 +295,41 @@ async function broadcast(deps: AdminDeps, tenant: string, obj: Record<string, un
     if (result.id !== undefined) ids[f.topic] = result.id;
   }
   return json(res, 200, Object.keys(ids).length === 0 ? {} : { ids });
+}
+
+/**
+ * `users`: one `$user` event (ephemeral class: not stored, no id) to every
+ * open socket of each user named, on every node. Everything is checked
+ * before it is sent; the answer names the users that had a socket open.
+ * A topic, a key or an idempotency key cannot apply to it and is refused.
+ */
+async function toUsers(deps: AdminDeps, tenant: string, obj: Record<string, unknown>, headerTrace: string | undefined,
+  res: ServerResponse): Promise<void> {
+  if (obj.topic !== undefined || obj.topics !== undefined) throw bad('give users or a topic (topic, topics), not both');
+  if (obj.key !== undefined) throw bad('an event to users is ephemeral: key does not apply');
+  if (obj.idempotencyKey !== undefined) throw bad('an event to users is ephemeral and not stored: idempotencyKey does not apply');
+  if (obj.ephemeral !== undefined && obj.ephemeral !== true) throw bad('an event to users is always ephemeral: leave ephemeral out or set it true');
+  const users = obj.users;
+  if (!Array.isArray(users) || users.length === 0 || users.length > MAX_USER_TARGETS) {
+    throw bad(`users must be an array of 1 to ${MAX_USER_TARGETS} user ids`);
+  }
+  const seen = new Set<string>();
+  users.forEach((u, i) => {
+    if (typeof u !== 'string' || u.length === 0 || u.length > MAX_SUB_LENGTH || hasControlChar(u)) {
+      throw bad(`users[${i}] must be a user id: a string of 1 to ${MAX_SUB_LENGTH} characters without control characters`);
+    }
+    if (seen.has(u)) throw bad(`users[${i}] ${JSON.stringify(u)} is given twice`);
+    seen.add(u);
+  });
+  // The data and traceparent are checked as a publish frame's are (the topic is a stand-in: $user is not a topic name).
+  const rest: Record<string, unknown> = { ...obj, topic: 'user', ephemeral: true };
+  delete rest.users;
+  const f = publishFrame(rest);
+  const frame = encodeEventFrame({ topic: USER_TOPIC, key: undefined, dataJson: f.dataJson, traceparent: f.traceparent ?? headerTrace },
+    undefined);
+  const result = await deps.toUsers(tenant, users as string[], frame);
+  if (!result.ok) throw new Refused(503, result.reason, result.message);
+  return json(res, 200, { online: result.online });
 }
 
 function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {

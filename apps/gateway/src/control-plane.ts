@@ -17,18 +17,52 @@
  * name. Disconnects and subscribes sent while a node could not hear are not
  * replayed: they concern the sockets open at that moment.
  */
-import { type ControlCommand, decodeRevocation, isControlCommand, encodeRevocation, type Config, CONTROL_CHANNEL, type Revocation, Revocations,
-  REVOCATIONS_KEY } from '@sluice/core';
+import { type ControlCommand, controlReplyChannel, decodeRevocation, isControlCommand, encodeRevocation, type Config, CONTROL_CHANNEL,
+  type Revocation, Revocations, REVOCATIONS_KEY } from '@sluice/core';
 import { createRedisClient, type RedisClient } from '@sluice/redis';
+import { TOPIC_PATTERN } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
-import type { ControlResult } from './admin.ts';
+import { type ControlResult, MAX_USER_TARGETS, type UsersResult } from './admin.ts';
+import type { NodeRegistry } from './node-registry.ts';
 
 /** How often expired revocations are forgotten (the shards prune their own copies as often). */
 const PRUNE_MS = 60_000;
+/** How long a publish to users waits for the other nodes to say which of the users they hold. */
+export const USERS_ANSWER_MS = 1000;
+/** How every `$user` event frame begins (admin.ts encodes it): a node delivers nothing else from the channel. */
+const USER_FRAME_PREFIX = '{"type":"event","topic":"$user",';
 
 interface Envelope {
   readonly from: string;
   readonly cmd: ControlCommand;
+}
+
+/** A publish to users, as the control channel carries it to every node. */
+interface UsersEnvelope {
+  readonly from: string;
+  readonly users: { readonly rid: number; readonly tenant: string; readonly users: readonly string[]; readonly frame: string };
+}
+
+/** A node's answer to a publish to users, on the asking node's reply channel. */
+interface UsersAnswer {
+  readonly from: string;
+  readonly rid: number;
+  readonly online: readonly string[];
+}
+
+interface UsersAsk {
+  readonly online: Set<string>;
+  readonly waiting: Set<string>;
+  readonly done: () => void;
+}
+
+function isUsersEnvelope(v: unknown): v is UsersEnvelope {
+  const e = v as Partial<UsersEnvelope> | null;
+  if (typeof e !== 'object' || e === null || typeof e.from !== 'string') return false;
+  const u = e.users;
+  return typeof u === 'object' && u !== null && Number.isSafeInteger(u.rid) && typeof u.tenant === 'string' && TOPIC_PATTERN.test(u.tenant) &&
+    Array.isArray(u.users) && u.users.length <= MAX_USER_TARGETS && u.users.every((x) => typeof x === 'string') &&
+    typeof u.frame === 'string' && u.frame.startsWith(USER_FRAME_PREFIX);
 }
 
 export class ControlPlane {
@@ -39,8 +73,14 @@ export class ControlPlane {
   received = 0;
   /** Messages on the control channel that were not a command this node knows (another version, or not Sluice's). */
   ignored = 0;
+  /** Publishes to users this node took (its admin API), and the users they named, online and not. */
+  readonly userEvents = { publishes: 0, online: 0, offline: 0, unanswered: 0 };
+  /** Cluster mode: the nodes alive, whose answers a publish to users waits for. Set once the registry exists. */
+  registry: NodeRegistry | undefined;
   private sub: RedisClient | undefined;
   private pruneTimer: NodeJS.Timeout | undefined;
+  private readonly asks = new Map<number, UsersAsk>();
+  private nextRid = 1;
 
   constructor(
     private readonly cfg: Config,
@@ -48,6 +88,8 @@ export class ControlPlane {
     private readonly nodeId: string,
     /** Carries a command out on this node's shards. */
     private readonly carryOut: (cmd: ControlCommand, origin: string) => void,
+    /** Sends a `$user` frame to this node's sockets of `users`; resolves with those of them it holds. */
+    private readonly deliverToUsers: (tenant: string, users: readonly string[], frame: string) => Promise<readonly string[]>,
     /** Cluster mode: the coordinator's command connection. */
     private readonly redis: RedisClient | undefined,
   ) {}
@@ -59,11 +101,13 @@ export class ControlPlane {
     sub.on('error', () => {
       // The command connection's RedisWatch reports outages; this one follows it.
     });
+    const replies = controlReplyChannel(this.nodeId);
     sub.on('message', (channel: string, message: string) => {
       if (channel === CONTROL_CHANNEL) this.fromChannel(message);
+      else if (channel === replies) this.answered(message);
     });
     sub.on('ready', () => {
-      sub.subscribe(CONTROL_CHANNEL).then(() => this.reload(), (err: unknown) => {
+      sub.subscribe(CONTROL_CHANNEL, replies).then(() => this.reload(), (err: unknown) => {
         this.log.warn({ err }, 'control channel: subscribing failed; the next reconnect tries again');
       });
     });
@@ -72,6 +116,81 @@ export class ControlPlane {
   stop(): void {
     if (this.pruneTimer !== undefined) clearInterval(this.pruneTimer);
     this.sub?.disconnect();
+    for (const ask of this.asks.values()) ask.done();
+  }
+
+  /**
+   * A publish to users from this node's admin API. Embedded: this node's
+   * shards. Cluster: one PUBLISH on the control channel takes it to every
+   * node, each answers on this node's reply channel with the users it holds
+   * (one PUBLISH each), and this waits for the nodes alive at the last lease
+   * renewal, at most USERS_ANSWER_MS: the Redis calls grow with publishes and
+   * nodes, never with users. A node that does not answer in time has still
+   * been sent the event; its users are not counted as online.
+   */
+  async toUsers(tenant: string, users: readonly string[], frame: string): Promise<UsersResult> {
+    this.userEvents.publishes++;
+    const online = new Set<string>();
+    if (this.redis !== undefined) {
+      const rid = this.nextRid++;
+      const waiting = new Set([...(this.registry?.nodes ?? [])].filter((n) => n !== this.nodeId));
+      let done = (): void => {};
+      const answered = new Promise<void>((resolve) => (done = resolve));
+      const timer = setTimeout(() => done(), USERS_ANSWER_MS);
+      this.asks.set(rid, { online, waiting, done });
+      try {
+        await this.redis.publish(CONTROL_CHANNEL, JSON.stringify({ from: this.nodeId, users: { rid, tenant, users, frame } } satisfies UsersEnvelope));
+      } catch (err) {
+        this.asks.delete(rid);
+        clearTimeout(timer);
+        this.log.warn({ err }, 'publish to users not sent: redis did not take it');
+        return { ok: false, reason: 'unavailable', message: 'redis did not take the event, so no node sent it; retry' };
+      }
+      for (const u of await this.deliverToUsers(tenant, users, frame)) online.add(u);
+      if (waiting.size > 0) await answered;
+      clearTimeout(timer);
+      this.asks.delete(rid);
+      if (waiting.size > 0) {
+        this.userEvents.unanswered += waiting.size;
+        this.log.warn({ nodes: [...waiting] }, 'publish to users: some nodes did not say in time which users they hold');
+      }
+    } else {
+      for (const u of await this.deliverToUsers(tenant, users, frame)) online.add(u);
+    }
+    // In the order asked: the answer reads as a filter of the request.
+    const list = users.filter((u) => online.has(u));
+    this.userEvents.online += list.length;
+    this.userEvents.offline += users.length - list.length;
+    return { ok: true, online: list };
+  }
+
+  /** Another node's answer to one of this node's publishes to users. */
+  private answered(message: string): void {
+    let a: Partial<UsersAnswer> | undefined;
+    try {
+      a = JSON.parse(message) as Partial<UsersAnswer>;
+    } catch {
+      a = undefined;
+    }
+    if (typeof a !== 'object' || a === null || typeof a.from !== 'string' || !Array.isArray(a.online) || typeof a.rid !== 'number') {
+      this.ignored++;
+      return;
+    }
+    const ask = this.asks.get(a.rid);
+    if (ask === undefined) return; // Too late: answered already.
+    for (const u of a.online) if (typeof u === 'string') ask.online.add(u);
+    ask.waiting.delete(a.from);
+    if (ask.waiting.size === 0) ask.done();
+  }
+
+  /** Another node's publish to users: delivered here, and answered with the users this node holds. */
+  private usersFrom(e: UsersEnvelope): void {
+    const u = e.users;
+    this.received++;
+    this.deliverToUsers(u.tenant, u.users, u.frame).then((online) => {
+      const answer: UsersAnswer = { from: this.nodeId, rid: u.rid, online };
+      return this.redis!.publish(controlReplyChannel(e.from), JSON.stringify(answer));
+    }).catch((err: unknown) => this.log.warn({ err, from: e.from }, 'publish to users: this node\'s answer was not sent'));
   }
 
   /** A command from this node's admin API. */
@@ -111,6 +230,10 @@ export class ControlPlane {
       env = JSON.parse(message);
     } catch {
       env = undefined;
+    }
+    if (isUsersEnvelope(env)) {
+      if (env.from !== this.nodeId) this.usersFrom(env);
+      return;
     }
     const e = env as Partial<Envelope> | null | undefined;
     if (typeof e !== 'object' || e === null || typeof e.from !== 'string' || !isControlCommand(e.cmd)) {

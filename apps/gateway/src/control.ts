@@ -15,6 +15,10 @@ export type ToShardControl =
   | { readonly op: 'publish'; readonly rid: number; readonly req: PublishRequest }
   /** An admin action (revoke, disconnect, subscribe, unsubscribe) for this shard's sockets. */
   | { readonly op: 'control'; readonly rid: number; readonly cmd: ControlCommand }
+  /** A publish to users: send `frame` to this shard's open sockets of `users` of `tenant`. */
+  | { readonly op: 'users'; readonly rid: number; readonly tenant: string; readonly users: readonly string[]; readonly frame: string }
+  /** Cluster mode: the nodes alive changed (their leases); `gone` ended theirs. */
+  | { readonly op: 'nodes'; readonly live: readonly string[]; readonly gone: readonly string[] }
   /** A (re)started peer shard: talk to it on this port from now on. */
   | { readonly op: 'peer'; readonly shard: number; readonly port: MessagePort }
   /** The node's memory window store answered a shard's settle. */
@@ -28,6 +32,8 @@ export type FromShardControl =
   | { readonly op: 'published'; readonly rid: number; readonly res: PublishResult }
   /** How many sockets the control command reached here. */
   | { readonly op: 'controlled'; readonly rid: number; readonly sockets: number }
+  /** The users of a publish to users that have an open socket on this shard. */
+  | { readonly op: 'usersSent'; readonly rid: number; readonly online: readonly string[] }
   /** Limits: a batch of hits for the node's memory window store (embedded mode, or Redis unavailable). */
   /** WS_MAX_USER_SOCKETS in embedded mode: the node's user-socket store (MemoryUserSockets) in the coordinator. */
   | { readonly op: 'claim'; readonly rid: number; readonly holder: string; readonly keys: readonly string[]; readonly max: number;

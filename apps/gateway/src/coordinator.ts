@@ -18,6 +18,7 @@ import { ControlPlane } from './control-plane.ts';
 import type { FromShardControl, ToShardControl } from './control.ts';
 import { freePort } from './free-port.ts';
 import { NodeMetrics } from './node-metrics.ts';
+import { NodeRegistry } from './node-registry.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { RedisWatch } from './redis-watch.ts';
 import { Flag, SharedState } from './shared-state.ts';
@@ -49,7 +50,7 @@ class ShardLink {
   /** The user-socket holders this shard claimed under (embedded mode): dropped when it goes. */
   readonly holders = new Set<string>();
   /** Asks waiting for this shard's answer (metrics, admin publishes). */
-  readonly requests = new PendingRequests<MetricsJson | PublishResult | number | undefined>(TIMERS);
+  readonly requests = new PendingRequests<MetricsJson | PublishResult | number | readonly string[] | undefined>(TIMERS);
   constructor(readonly port: MessagePort) {}
   send(m: ToShardControl, transfer: MessagePort[] = []): void {
     this.port.postMessage(m, transfer);
@@ -87,6 +88,8 @@ export class Coordinator {
   private readonly userSockets = new MemoryUserSockets();
   /** Admin commands to every node, and the node's revocations. */
   private control: ControlPlane | undefined;
+  /** Cluster mode: the nodes alive (leases in Redis). */
+  private nodes: NodeRegistry | undefined;
 
   constructor(
     private readonly config: Config,
@@ -137,10 +140,16 @@ export class Coordinator {
     if (cfg.redisUrl !== undefined) {
       this.redis = new RedisWatch(cfg, this.shared, this.log);
       this.redis.registerMetrics(this.registry, this.shared);
+      this.nodes = new NodeRegistry(this.redis.client, this.nodeId, cfg.presenceTtlMs, this.log, (live, gone) => {
+        if (gone.length > 0) this.log.info({ gone, live: live.size }, 'nodes gone: their leases ended');
+        for (const link of this.links.values()) link.send({ op: 'nodes', live: [...live], gone });
+      });
+      this.nodes.start();
     }
     this.control = new ControlPlane(cfg, this.log, this.nodeId, (cmd, origin) => {
       this.carryOut(cmd, origin).catch((err: unknown) => this.log.error({ err, op: cmd.op }, 'carrying out an admin command failed'));
-    }, this.redis?.client);
+    }, (tenant, users, frame) => this.deliverToUsers(tenant, users, frame), this.redis?.client);
+    this.control.registry = this.nodes;
     this.control.start();
     await Promise.all(Array.from({ length: cfg.workers }, (_, i) => this.startShard(i, this.publicPort)));
     this.admin = createAdminServer({
@@ -150,6 +159,7 @@ export class Coordinator {
       metrics: () => this.metrics(),
       publish: (req) => this.publish(req),
       control: (cmd) => this.control!.send(cmd),
+      toUsers: (tenant, users, frame) => this.control!.toUsers(tenant, users, frame),
       drain: () => this.opts.onDrainRequest?.(),
     });
     const adminPort = await new Promise<number>((resolve, reject) => {
@@ -224,6 +234,7 @@ export class Coordinator {
     await new Promise<void>((resolve) => (this.admin ? this.admin.close(() => resolve()) : resolve()));
     this.admin?.closeAllConnections();
     await this.pool?.destroy();
+    await this.nodes?.stop();
     this.control?.stop();
     this.redis?.disconnect();
     this.log.info({ durationMs: Date.now() - started, sockets }, 'stopped');
@@ -347,6 +358,9 @@ export class Coordinator {
       case 'controlled':
         link.requests.answer(m.rid, m.sockets);
         return;
+      case 'usersSent':
+        link.requests.answer(m.rid, m.online);
+        return;
     }
   }
 
@@ -364,8 +378,15 @@ export class Coordinator {
       'admin action carried out on this node');
   }
 
+  /** A `$user` frame to this node's sockets of `users`: the users that had one, over every shard. */
+  private async deliverToUsers(tenant: string, users: readonly string[], frame: string): Promise<readonly string[]> {
+    const each = await Promise.all([...this.links.values()].map((link) =>
+      this.ask<readonly string[]>(link, (rid) => ({ op: 'users', rid, tenant, users, frame }), [], 5000)));
+    return [...new Set(each.flat())];
+  }
+
   /** Asks a shard and waits for its answer, or for `fallback` after `ms` or when the shard goes away. */
-  private ask<T extends MetricsJson | PublishResult | number | undefined>(link: ShardLink, make: (rid: number) => ToShardControl, fallback: T,
+  private ask<T extends MetricsJson | PublishResult | number | readonly string[] | undefined>(link: ShardLink, make: (rid: number) => ToShardControl, fallback: T,
     ms: number): Promise<T> {
     return link.requests.request<T>((rid) => link.send(make(rid)), { timeoutMs: ms, fail: { value: fallback } });
   }
@@ -411,6 +432,16 @@ export class Coordinator {
     counterFrom(r, 'sluice_control_messages_ignored_total',
       'Messages on the control channel that were not a command this node knows (another version, or not from Sluice), ignored.', undefined,
       () => this.control?.ignored ?? 0);
+    counterFrom(r, 'sluice_user_publishes_total', 'Publishes to users (POST /v1/publish with users) this node took.', undefined,
+      () => this.control?.userEvents.publishes ?? 0);
+    counterFrom(r, 'sluice_user_publish_targets_total',
+      'Users named by publishes to users this node took, by whether they had a socket open anywhere (online) or not (offline).',
+      'state', () => ({ online: this.control?.userEvents.online ?? 0, offline: this.control?.userEvents.offline ?? 0 }));
+    counterFrom(r, 'sluice_user_publish_unanswered_total',
+      'Cluster mode: nodes that did not say in time (1 s) which users of a publish to users they hold; the event was still sent to them.',
+      undefined, () => this.control?.userEvents.unanswered ?? 0);
+    gaugeFrom(r, 'sluice_cluster_nodes', 'Cluster mode: the nodes alive (this one included) at this node\'s last lease renewal; 0 in embedded mode.',
+      () => this.nodes?.nodes.size ?? 0, 'max');
     counterFrom(r, 'sluice_shard_restarts_total', 'Shard threads restarted after a crash.', undefined, () => this.restarts);
     gaugeFrom(r, 'sluice_draining', '1 while the node drains, else 0.', () => (this.draining ? 1 : 0), 'max');
     gaugeFrom(r, 'sluice_drain_elapsed_seconds', 'Seconds since the drain in progress began; 0 when none.',

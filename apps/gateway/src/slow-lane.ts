@@ -120,6 +120,20 @@ export class SlowLane<D extends LaneData> {
     }
   }
 
+  /**
+   * An event for one socket outside its topics (a `$user` event): written
+   * now, or offered to its mailbox while it is in the slow lane, so that it
+   * keeps its place behind what waits there.
+   */
+  sendTo(ws: WebSocket<D>, d: D, ev: MailItem, now: number): void {
+    if (d.mailbox !== null) {
+      this.offer(ws, d, ev, now);
+      return;
+    }
+    if (ws.send(ev.frame, false) === 0) this.counters.sent++;
+    else d.unsent++;
+  }
+
   /** uWS's `drain` event: some of the socket's buffer went out, it is writable again. */
   writable(ws: WebSocket<D>, d: D, now: number): void {
     if (d.mailbox !== null) this.tick(ws, d, now);

@@ -49,6 +49,11 @@ export interface Config {
   /** 0 = off. */
   readonly maxUserSockets: number;
   readonly revocationTtlMs: number;
+  /** WS_PRESENCE_TOPICS as given (validated): comma-separated topic patterns; unset = no presence. Compile with compileRights. */
+  readonly presenceTopics: string | undefined;
+  readonly presenceDiffMs: number;
+  readonly presenceTtlMs: number;
+  readonly presenceMaxUsers: number;
   /** Unset: embedded mode. One URL, or with redisCluster a comma-separated list of seed nodes. */
   readonly redisUrl: string | undefined;
   readonly redisCluster: boolean;
@@ -83,6 +88,7 @@ export const CONFIG_SECTIONS = [
   'Draining',
   'History and idempotency',
   'Tenant, user and IP limits',
+  'Presence',
   'Redis',
   'Identity and upgrades',
   'Admin and observability',
@@ -175,6 +181,12 @@ function bool(): ValueType<boolean> {
     parse: (raw) => (raw === '1' || raw === 'true' ? { ok: true, value: true }
       : raw === '0' || raw === 'false' ? { ok: true, value: false } : { ok: false, accepts }),
   };
+}
+
+function topicPatterns(): ValueType<string> {
+  const accepts = 'a comma-separated list of topic patterns (a topic name, a prefix ending in *, or *)';
+  const one = /^[A-Za-z0-9:_.-]{1,200}\*?$|^\*$/;
+  return { accepts, parse: (raw) => (raw.split(',').every((p) => one.test(p)) ? { ok: true, value: raw } : { ok: false, accepts }) };
 }
 
 const REDIS_URL = /^rediss?:\/\/(?:[^\s@/]*@)?[A-Za-z0-9.\-[\]:]+(?::[0-9]{1,5})?(?:\/[0-9]{1,2})?$/;
@@ -395,6 +407,30 @@ const schema = [
     type: int(0, 1_000_000, 'sockets; 0 = off'), default: 0,
     doc: 'Open sockets one user may hold across the cluster; the upgrade of one more gets 429 `too_many_sockets`. ' +
       'Applies with `WS_AUTH=jwt`. While Redis is unreachable it is not applied (upgrades go on, counted).',
+  }),
+
+  // Presence
+  v({
+    name: 'WS_PRESENCE_TOPICS', key: 'presenceTopics', section: 'Presence',
+    type: topicPatterns(), default: undefined, defaultDoc: 'unset (no topic keeps presence)',
+    doc: 'Topics that keep presence (who is joined, by user, across the cluster): `presence_state` after a join, batched `presence_diff`, ' +
+      'the `presence` frame and `GET /v1/presence`. Patterns as in a token\'s rights: `room:42`, `room:*`, `*`.',
+  }),
+  v({
+    name: 'WS_PRESENCE_DIFF_MS', key: 'presenceDiffMs', section: 'Presence',
+    type: int(10, 60_000, 'ms'), default: 1000,
+    doc: 'Joins and leaves of a presence topic are sent as at most one `presence_diff` per topic per socket in this time.',
+  }),
+  v({
+    name: 'WS_PRESENCE_TTL_MS', key: 'presenceTtlMs', section: 'Presence',
+    type: int(1000, 3_600_000, 'ms'), default: 30_000,
+    doc: 'Cluster mode: a node that stops renewing its lease (it died, or lost Redis) has its users taken out of presence within this time. ' +
+      'It renews every quarter of it.',
+  }),
+  v({
+    name: 'WS_PRESENCE_MAX_USERS', key: 'presenceMaxUsers', section: 'Presence',
+    type: int(1, 100_000, 'users'), default: 1000,
+    doc: 'The most users a `presence_state` or presence answer lists; `count` is always the full number and `truncated` says the list is cut.',
   }),
 
   // Redis

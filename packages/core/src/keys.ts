@@ -144,15 +144,6 @@ function userTag(tenant: string, user: string): string {
 }
 
 /**
- * The channel of events addressed to a user (`"users": [...]` publishes,
- * delivered as topic `$user`): a node subscribes for every user it holds a
- * socket of, so an event reaches only the nodes that have the user.
- */
-export function userChannel(tenant: string, user: string): string {
-  return `${REDIS_PREFIX}uc:${userTag(tenant, user)}`;
-}
-
-/**
  * A user's open sockets across the cluster (WS_MAX_USER_SOCKETS, `online`):
  * a hash of holder (a shard generation, `HOLDERS_KEY`) to count.
  */
@@ -189,9 +180,30 @@ export const HOLDERS_KEY = `${REDIS_PREFIX}holders`;
  */
 export const CONTROL_CHANNEL = `${REDIS_PREFIX}ctl`;
 
-/** A presence topic's members: user to connection count, per node, in the topic's slot (`topic` is a topic key). */
-export function presenceKey(topic: string): string {
-  return `${REDIS_PREFIX}p:{${topic}}`;
+/**
+ * The control channel's answers to one node (`"users"` publishes: which of
+ * the users each node holds). Events to users go over the control channel,
+ * one message per publish: no node subscribes per user.
+ */
+export function controlReplyChannel(node: string): string {
+  return `${CONTROL_CHANNEL}:r:${node}`;
+}
+
+/**
+ * The nodes alive, cluster-wide: a sorted set of node ids scored by when
+ * each one's lease ends (ms, Redis's clock). A node renews its own; one that
+ * stops renewing is dropped by the next node that renews after it ended.
+ */
+export const NODES_KEY = `${REDIS_PREFIX}nodes`;
+
+/**
+ * One node's members of a presence topic: a hash of user to connection
+ * count, and the field `\x00seq` (no user id holds a control character),
+ * the number of the node's last write, in the topic's slot (`topic` is a
+ * topic key, `node` a node id: hex).
+ */
+export function presenceKey(topic: string, node: string): string {
+  return `${REDIS_PREFIX}p:{${topic}}:${node}`;
 }
 
 /** A presence topic's joins and leaves, for the nodes that batch them into diffs. */

@@ -52,10 +52,11 @@ export function decodeFrameObject(raw: unknown): DecodeResult {
       }
       return { ok: true, frame: { type: 'join', ref, topic, since } };
     }
-    case 'leave': {
+    case 'leave':
+    case 'presence': {
       const topic = f.topic;
       if (!isTopic(topic)) return bad(ref, topicMessage);
-      return { ok: true, frame: { type: 'leave', ref, topic } };
+      return { ok: true, frame: { type: f.type, ref, topic } };
     }
     case 'publish':
       return decodePublish(f, ref);
@@ -69,7 +70,7 @@ export function decodeFrameObject(raw: unknown): DecodeResult {
     case undefined:
       return bad(ref, 'frame needs a type');
     default:
-      return bad(ref, 'unknown type: expected join, leave, publish, ping or refresh');
+      return bad(ref, 'unknown type: expected join, leave, publish, ping, refresh or presence');
   }
 }
 

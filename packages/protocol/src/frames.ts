@@ -70,7 +70,14 @@ export interface RefreshFrame {
 /** The longest token a `refresh` may carry: the upgrade's headers are capped at WS_MAX_HEADER_BYTES (8192 by default) too. */
 export const MAX_TOKEN_LENGTH = 8192;
 
-export type ClientFrame = JoinFrame | LeaveFrame | PublishFrame | PingFrame | RefreshFrame;
+/** Asks who is present on a presence topic (WS_PRESENCE_TOPICS); the reply's data is as in `presence_state`. */
+export interface PresenceFrame {
+  readonly type: 'presence';
+  readonly ref: string | undefined;
+  readonly topic: string;
+}
+
+export type ClientFrame = JoinFrame | LeaveFrame | PublishFrame | PingFrame | RefreshFrame | PresenceFrame;
 
 export interface Limits {
   readonly maxFrameBytes: number;

@@ -5,7 +5,8 @@
  * coordinator (which had it from the admin API or, in cluster mode, from
  * another node over Redis) and answers how many sockets it touched here.
  */
-import { actionOf, type ControlCommand, type Revocation, type Revocations, retryHint, tokenKey, userKey } from '@sluice/core';
+import { actionOf, type ControlCommand, type MailItem, type Revocation, type Revocations, retryHint, tokenKey, userKey } from '@sluice/core';
+import { EventClass } from '@sluice/protocol';
 import type { ShardContext } from './context.ts';
 import type { Session } from './session.ts';
 import type { Socket } from './socket-data.ts';
@@ -77,6 +78,28 @@ export class AdminActions {
         return n;
       }
     }
+  }
+
+  /**
+   * A publish to users: `frame` (a `$user` event) to every open socket here
+   * of each user; answers the users that had one. One index lookup per user.
+   */
+  toUsers(tenant: string, users: readonly string[], frame: string): string[] {
+    const online: string[] = [];
+    const ev: MailItem = { topic: '$user', cls: EventClass.Ephemeral, key: undefined, id: undefined, frame };
+    const now = Date.now();
+    for (const user of users) {
+      let reached = false;
+      for (const ws of this.users.of(userKey(tenant, user))) {
+        const d = ws.getUserData();
+        if (!d.open) continue;
+        reached = true;
+        this.ctx.counters.userDeliveries++;
+        ws.cork(() => this.session.sendTo(ws, d, ev, now));
+      }
+      if (reached) online.push(user);
+    }
+    return online;
   }
 
   /** Closes with 4003 every open socket whose token the revocations now hold, found through the user and token indexes. */

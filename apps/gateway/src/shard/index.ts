@@ -274,6 +274,18 @@ class Shard {
         this.tell({ op: 'controlled', rid: m.rid, sockets });
         return;
       }
+      case 'users': {
+        let online: string[] = [];
+        try {
+          online = this.actions.toUsers(m.tenant, m.users, m.frame);
+        } catch (err) {
+          this.ctx.log.error({ err }, 'a publish to users failed on this shard');
+        }
+        this.tell({ op: 'usersSent', rid: m.rid, online });
+        return;
+      }
+      case 'nodes':
+        return;
       case 'peer':
         this.broker.addPeer(m.shard, m.port);
         return;

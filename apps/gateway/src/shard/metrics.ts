@@ -24,6 +24,8 @@ export interface ShardCounters {
   readonly refreshes: Record<'ok' | 'unauthorized' | 'forbidden' | 'bad_request', number>;
   /** Sockets each admin action closed (revoke, disconnect), joined (subscribe) or made leave (unsubscribe). */
   readonly adminSockets: Record<ControlAction, number>;
+  /** `$user` events written (or queued) to sockets. */
+  userDeliveries: number;
 }
 
 export function newCounters(): ShardCounters {
@@ -36,6 +38,7 @@ export function newCounters(): ShardCounters {
       token_expired: 0, token_revoked: 0, disconnected: 0 },
     refreshes: { ok: 0, unauthorized: 0, forbidden: 0, bad_request: 0 },
     adminSockets: { revoke: 0, disconnect: 0, subscribe: 0, unsubscribe: 0 },
+    userDeliveries: 0,
   };
 }
 
@@ -80,6 +83,8 @@ export class ShardMetrics {
     counterFrom(r, 'sluice_admin_sockets_total',
       'Sockets an admin action reached on this node, by action: closed (revoke: 4003, disconnect: 1008 or 4000), joined (subscribe) or made to leave (unsubscribe).',
       'action', () => m.adminSockets);
+    counterFrom(r, 'sluice_user_deliveries_total', '`$user` events (publishes to users) sent to sockets of this node.', undefined,
+      () => m.userDeliveries);
     gaugeFrom(r, 'sluice_users_connected', 'Users with at least one open socket on this node (summed over shards: a user on two shards counts twice).',
       s.users);
     counterFrom(r, 'sluice_drained_sockets_total', 'Sockets closed by a drain (1012).', undefined, () => m.drained);

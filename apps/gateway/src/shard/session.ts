@@ -4,7 +4,7 @@
  * commands (publish, join, leave, ping). A rejected frame is answered and
  * goes no further; the socket stays open unless it struck out.
  */
-import { allows, clearStrikes, Guard, frameWindowWait, guardFrame, type PublishResult, type Revocations, strike, tokenKey, topicKey } from '@sluice/core';
+import { allows, clearStrikes, Guard, frameWindowWait, guardFrame, type MailItem, type PublishResult, type Revocations, strike, tokenKey, topicKey } from '@sluice/core';
 import { type CloseReason, decodeClientFrame, encodePong, encodeRejection, encodeReplyOk, encodeUnsubscribed, type ErrorReason,
   encodeSubscribed, type JoinFrame, type LeaveFrame, PEEK_REF_BYTES, peekRef, type PublishFrame, type RefreshFrame, welcomeFrame,
   welcomePrefix } from '@sluice/protocol';
@@ -386,6 +386,11 @@ export class Session {
       });
     });
     return true;
+  }
+
+  /** An event for this socket alone (`$user`), in its place behind a mailbox it may have. */
+  sendTo(ws: Socket, d: SocketData, ev: MailItem, now: number): void {
+    this.p.lane.sendTo(ws, d, ev, now);
   }
 
   /** `POST /v1/unsubscribe`: the socket leaves `topic` and is told why (`removed`); false when it was not joined. */

@@ -4,6 +4,7 @@ import { type Config, type ControlCommand, describeCommand, type DisconnectTarge
   type PublishResult } from '@sluice/core';
 import { decodeFrameObject, encodeEventFrame, type PublishFrame, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
+import { keepsPresence, presencePatterns } from './presence-hub.ts';
 
 /** What a publish to users came to: the users among those named that had a socket open, or not sent at all. */
 export type UsersResult = { readonly ok: true; readonly online: readonly string[] } | { readonly ok: false; readonly reason: 'unavailable'; readonly message: string };
@@ -19,6 +20,8 @@ export interface AdminDeps {
   publish(req: PublishRequest): Promise<PublishResult>;
   /** Sends a command to every shard of every node. Resolves once it is on its way (cluster mode: Redis took it). */
   control(cmd: ControlCommand): Promise<ControlResult>;
+  /** A presence topic's `data` (JSON) now, from its owner; undefined when that is unavailable. */
+  presence(tenant: string, topic: string): Promise<string | undefined>;
   /** Sends one `$user` event frame to every open socket of `users` (of `tenant`) on every node. */
   toUsers(tenant: string, users: readonly string[], frame: string): Promise<UsersResult>;
   /** Starts the drain, as SIGTERM does; the admin server keeps answering until the process exits. */
@@ -31,6 +34,7 @@ export const ADMIN_ROUTES = [
   { method: 'GET', path: '/health/ready', auth: false },
   { method: 'GET', path: '/metrics', auth: false },
   { method: 'POST', path: '/v1/publish', auth: true },
+  { method: 'GET', path: '/v1/presence', auth: true },
   { method: 'POST', path: '/v1/revoke', auth: true },
   { method: 'POST', path: '/v1/disconnect', auth: true },
   { method: 'POST', path: '/v1/subscribe', auth: true },
@@ -71,6 +75,7 @@ export function createAdminServer(deps: AdminDeps): Server {
     const got = Buffer.from(req.headers.authorization ?? '');
     return got.length === token.length && timingSafeEqual(got, token);
   };
+  const presenceTopics = presencePatterns(deps.config);
   const byPath = new Map<string, Route[]>();
   for (const r of ADMIN_ROUTES) byPath.set(r.path, [...(byPath.get(r.path) ?? []), r]);
 
@@ -131,12 +136,37 @@ export function createAdminServer(deps: AdminDeps): Server {
         if (!result.ok) throw new Refused(503, result.reason, result.message);
         return json(res, 202, { status: r.path === '/v1/revoke' ? 'revoked' : 'accepted' });
       }
+      case '/v1/presence': {
+        const q = query(req, ['tenant', 'topic']);
+        const tenant = q.get('tenant') ?? 'default';
+        if (!TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
+        const topic = q.get('topic');
+        if (topic === undefined || !TOPIC_PATTERN.test(topic)) throw bad('topic must be given and match ^[A-Za-z0-9:_.\\-]{1,200}$');
+        if (!keepsPresence(presenceTopics, topic)) throw bad(`${topic} does not keep presence (WS_PRESENCE_TOPICS)`);
+        const data = await deps.presence(tenant, topic);
+        if (data === undefined) throw new Refused(503, 'unavailable', 'the shard that holds the topic\'s presence is unavailable now; retry');
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) });
+        res.end(data);
+        return;
+      }
       case '/admin/drain':
         deps.log.info({ from: req.socket.remoteAddress }, 'drain requested on the admin port');
         deps.drain();
         return json(res, 202, { status: 'draining' });
     }
   }
+}
+
+/** A GET's query, or a 400 naming a parameter that is not one of `allowed` or that is given twice. */
+function query(req: IncomingMessage, allowed: readonly string[]): Map<string, string> {
+  const params = new URL(req.url ?? '/', 'http://admin').searchParams;
+  const out = new Map<string, string>();
+  for (const [k, v] of params) {
+    if (!allowed.includes(k)) throw bad(`unknown parameter ${JSON.stringify(k)}; this route takes ${allowed.join(', ')}`);
+    if (out.has(k)) throw bad(`${k} is given twice`);
+    out.set(k, v);
+  }
+  return out;
 }
 
 /**

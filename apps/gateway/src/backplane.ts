@@ -31,6 +31,8 @@ export interface BackplaneDeps {
 
 export interface Backplane {
   readonly broker: ShardBroker;
+  /** The node's mesh of shards (under the RedisBroker in cluster mode): presence goes through it. */
+  readonly mesh: MeshBroker;
   readonly limits: SharedLimits;
   /** Resolves when the shard may listen; never rejects. */
   readonly ready: Promise<void>;
@@ -47,11 +49,11 @@ export function createBackplane(deps: BackplaneDeps): Backplane {
   const { shard, config: cfg, log } = deps;
   const mesh = new MeshBroker(shard, cfg.workers, cfg, log);
   if (cfg.redisUrl === undefined) {
-    return { broker: mesh, limits: new SharedLimits(cfg, undefined, deps.localSettle, log), ready: Promise.resolve(), redis: undefined };
+    return { broker: mesh, mesh, limits: new SharedLimits(cfg, undefined, deps.localSettle, log), ready: Promise.resolve(), redis: undefined };
   }
   const latency = new IndexedHistogram(deps.registry, 'sluice_redis_command_seconds',
     'How long Redis commands took, answered or failed (cluster mode), by operation.', 'op', REDIS_OPS);
   const broker = new RedisBroker(shard, mesh, cfg, log, (op, seconds) => latency.observe(op, seconds));
   const limits = new SharedLimits(cfg, broker.client, deps.localSettle, log, (seconds) => latency.observe(RedisOp.Window, seconds), broker.health);
-  return { broker, limits, ready: broker.connected(CONNECT_WAIT_MS), redis: { client: broker.client, health: broker.health } };
+  return { broker, mesh, limits, ready: broker.connected(CONNECT_WAIT_MS), redis: { client: broker.client, health: broker.health } };
 }

@@ -17,6 +17,8 @@ export type ToShardControl =
   | { readonly op: 'control'; readonly rid: number; readonly cmd: ControlCommand }
   /** A publish to users: send `frame` to this shard's open sockets of `users` of `tenant`. */
   | { readonly op: 'users'; readonly rid: number; readonly tenant: string; readonly users: readonly string[]; readonly frame: string }
+  /** GET /v1/presence: the topic's presence, from its owner (this shard, or through the mesh). */
+  | { readonly op: 'presence'; readonly rid: number; readonly key: string }
   /** Cluster mode: the nodes alive changed (their leases); `gone` ended theirs. */
   | { readonly op: 'nodes'; readonly live: readonly string[]; readonly gone: readonly string[] }
   /** A (re)started peer shard: talk to it on this port from now on. */
@@ -32,6 +34,8 @@ export type FromShardControl =
   | { readonly op: 'published'; readonly rid: number; readonly res: PublishResult }
   /** How many sockets the control command reached here. */
   | { readonly op: 'controlled'; readonly rid: number; readonly sockets: number }
+  /** A topic's presence `data` (JSON), or undefined when its owner is unavailable. */
+  | { readonly op: 'presenceData'; readonly rid: number; readonly data: string | undefined }
   /** The users of a publish to users that have an open socket on this shard. */
   | { readonly op: 'usersSent'; readonly rid: number; readonly online: readonly string[] }
   /** Limits: a batch of hits for the node's memory window store (embedded mode, or Redis unavailable). */

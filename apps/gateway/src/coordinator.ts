@@ -50,7 +50,7 @@ class ShardLink {
   /** The user-socket holders this shard claimed under (embedded mode): dropped when it goes. */
   readonly holders = new Set<string>();
   /** Asks waiting for this shard's answer (metrics, admin publishes). */
-  readonly requests = new PendingRequests<MetricsJson | PublishResult | number | readonly string[] | undefined>(TIMERS);
+  readonly requests = new PendingRequests<MetricsJson | PublishResult | number | string | readonly string[] | undefined>(TIMERS);
   constructor(readonly port: MessagePort) {}
   send(m: ToShardControl, transfer: MessagePort[] = []): void {
     this.port.postMessage(m, transfer);
@@ -160,6 +160,7 @@ export class Coordinator {
       publish: (req) => this.publish(req),
       control: (cmd) => this.control!.send(cmd),
       toUsers: (tenant, users, frame) => this.control!.toUsers(tenant, users, frame),
+      presence: (tenant, topic) => this.presence(topicKey(tenant, topic)),
       drain: () => this.opts.onDrainRequest?.(),
     });
     const adminPort = await new Promise<number>((resolve, reject) => {
@@ -358,6 +359,9 @@ export class Coordinator {
       case 'controlled':
         link.requests.answer(m.rid, m.sockets);
         return;
+      case 'presenceData':
+        link.requests.answer(m.rid, m.data);
+        return;
       case 'usersSent':
         link.requests.answer(m.rid, m.online);
         return;
@@ -378,6 +382,13 @@ export class Coordinator {
       'admin action carried out on this node');
   }
 
+  /** A presence topic's data, asked of its owner shard (any shard reaches the owner through the mesh). */
+  private presence(key: string): Promise<string | undefined> {
+    const link = this.links.get(ownerOf(key, this.config.workers)) ?? this.links.values().next().value;
+    if (link === undefined) return Promise.resolve(undefined);
+    return this.ask<string | undefined>(link, (rid) => ({ op: 'presence', rid, key }), undefined, 5000);
+  }
+
   /** A `$user` frame to this node's sockets of `users`: the users that had one, over every shard. */
   private async deliverToUsers(tenant: string, users: readonly string[], frame: string): Promise<readonly string[]> {
     const each = await Promise.all([...this.links.values()].map((link) =>
@@ -386,7 +397,7 @@ export class Coordinator {
   }
 
   /** Asks a shard and waits for its answer, or for `fallback` after `ms` or when the shard goes away. */
-  private ask<T extends MetricsJson | PublishResult | number | readonly string[] | undefined>(link: ShardLink, make: (rid: number) => ToShardControl, fallback: T,
+  private ask<T extends MetricsJson | PublishResult | number | string | readonly string[] | undefined>(link: ShardLink, make: (rid: number) => ToShardControl, fallback: T,
     ms: number): Promise<T> {
     return link.requests.request<T>((rid) => link.send(make(rid)), { timeoutMs: ms, fail: { value: fallback } });
   }

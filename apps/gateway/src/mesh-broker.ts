@@ -6,6 +6,8 @@ import {
 import { EventClass } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
 import { TopicOwner } from './topic-owner.ts';
+import { keepsPresence, clientTopic, PresenceHub, presencePatterns } from './presence-hub.ts';
+import type { PresenceFlush, Rights } from '@sluice/core';
 import type { BrokerStats, ShardBroker } from './shard-broker.ts';
 import { Batcher, decodePeer, encodeDelivery, encodePeer, forEachMessage, type FromOwner, type PeerMessage, type ToOwner } from './messages.ts';
 
@@ -53,6 +55,12 @@ export class MeshBroker implements ShardBroker {
   private readonly firstPublish = new Map<string, ((r: PublishResult) => void)[]>();
   duplicates = 0;
   readonly stats: BrokerStats;
+  /** The presence tables of the presence topics this shard owns; null without WS_PRESENCE_TOPICS. */
+  readonly presence: PresenceHub | null;
+  private readonly presenceTopics: Rights | null;
+  private presenceFlush: (topic: string, snapshot: boolean, f: PresenceFlush) => void = () => {};
+  /** A peer shard is (back) up: the shard says its presence counts again to the topics that peer owns. */
+  private peerUp: (shard: number) => void = () => {};
 
   constructor(
     private readonly self: number,
@@ -77,7 +85,50 @@ export class MeshBroker implements ShardBroker {
     this.idempotency = new MemoryIdempotency(config.idempotencyTtlMs);
     // The local link: what the hub sends to this shard is handled at once.
     this.hub.attach(self, { deliver: (ev) => this.deliver(ev) });
+    this.presenceTopics = presencePatterns(config);
+    this.presence = this.presenceTopics === null ? null : new PresenceHub(config.presenceDiffMs, {
+      flush: (shard, topic, snapshot, f) => {
+        if (shard === self) this.presenceFlush(topic, snapshot, f);
+        else this.peers.get(shard)?.send({ op: 'pflush', topic, snapshot, flush: f });
+      },
+    });
+    this.presence?.start();
   }
+
+  /** Whether a topic key keeps presence (WS_PRESENCE_TOPICS). */
+  keepsPresence(key: string): boolean {
+    return keepsPresence(this.presenceTopics, clientTopic(key));
+  }
+
+  /** Where the owners' flushes of presence topics go (the shard's replicas), and who says its counts again when a peer is back. */
+  onPresence(flush: (topic: string, snapshot: boolean, f: PresenceFlush) => void, peerUp: (shard: number) => void): void {
+    this.presenceFlush = flush;
+    this.peerUp = peerUp;
+  }
+
+  /** Whether `shard` owns the topic key. */
+  ownedBy(key: string, shard: number): boolean {
+    return ownerOf(key, this.shards) === shard;
+  }
+
+  /** This shard's count of a user's sockets on a presence topic, to the topic's owner. */
+  presenceSet(key: string, user: string, n: number): void {
+    const owner = ownerOf(key, this.shards);
+    if (owner === this.self) this.presence?.set(`s${this.self}`, key, user, n);
+    else this.peers.get(owner)?.send({ op: 'pset', topic: key, user, n });
+  }
+
+  /** The topic's presence now, as the `data` of an answer (encoded by the owner), or null for nobody present. */
+  presenceRead(key: string): Promise<string> {
+    const owner = ownerOf(key, this.shards);
+    if (owner === this.self) return Promise.resolve(this.encodePresence(this.presence?.current(key) ?? new Map()));
+    const link = this.peers.get(owner);
+    if (link === undefined) return Promise.reject(new BrokerUnavailable(`shard ${owner}, owner of the topic, is unavailable`));
+    return link.requests.request<string>((rid) => link.send({ op: 'pread', rid, topic: key }), { fail: ownerGone(owner) });
+  }
+
+  /** How a presence read is encoded at the owner (set by the shard: it knows WS_PRESENCE_MAX_USERS). */
+  encodePresence: (users: ReadonlyMap<string, number>) => string = () => '{"users":{},"count":0}';
 
   /** Talks to `shard` on `port` from now on, replacing a link to an earlier life of it. */
   addPeer(shard: number, port: MessagePort): void {
@@ -90,6 +141,7 @@ export class MeshBroker implements ShardBroker {
       if (this.peers.get(shard) === link) this.peerGone(shard);
     });
     for (const key of this.subscribed) if (ownerOf(key, this.shards) === shard) link.send({ op: 'sub', rid: 0, topic: key });
+    this.peerUp(shard);
   }
 
   publish(tenant: string, req: PublishFields): Promise<PublishResult> {
@@ -162,6 +214,7 @@ export class MeshBroker implements ShardBroker {
     const owner = ownerOf(topic, this.shards);
     if (owner === this.self) {
       this.hub.subscribe(this.self, topic);
+      if (this.presence !== null && this.keepsPresence(topic)) this.presence.subscribe(this.self, topic);
       return Promise.resolve();
     }
     return this.request<void>(owner, { fail: ownerGone(owner) }, (rid) => ({ op: 'sub', rid, topic }));
@@ -170,8 +223,10 @@ export class MeshBroker implements ShardBroker {
   unsubscribe(topic: string): void {
     this.subscribed.delete(topic);
     const owner = ownerOf(topic, this.shards);
-    if (owner === this.self) this.hub.unsubscribe(this.self, topic);
-    else this.peers.get(owner)?.send({ op: 'unsub', topic });
+    if (owner === this.self) {
+      this.hub.unsubscribe(this.self, topic);
+      this.presence?.unsubscribe(this.self, topic);
+    } else this.peers.get(owner)?.send({ op: 'unsub', topic });
   }
 
   history(topic: string, since: string): Promise<HistoryRead> {
@@ -186,6 +241,7 @@ export class MeshBroker implements ShardBroker {
 
   /** Closes the ports to the other shards: they see this shard gone at once. */
   close(): void {
+    this.presence?.stop();
     for (const shard of [...this.peers.keys()]) this.peerGone(shard);
   }
 
@@ -216,6 +272,12 @@ export class MeshBroker implements ShardBroker {
       case 'histok':
         link.requests.answer(m.rid, m.read);
         return;
+      case 'pflush':
+        this.presenceFlush(m.topic, m.snapshot, m.flush);
+        return;
+      case 'pdata':
+        link.requests.answer(m.rid, m.data);
+        return;
     }
   }
 
@@ -236,10 +298,19 @@ export class MeshBroker implements ShardBroker {
         return;
       case 'sub':
         this.hub.subscribe(shard, m.topic);
+        // The starting replica goes before the answer: the subscriber has it when its joins complete.
+        if (this.presence !== null && this.keepsPresence(m.topic)) this.presence.subscribe(shard, m.topic);
         if (m.rid !== 0) link.send({ op: 'subok', rid: m.rid });
         return;
       case 'unsub':
         this.hub.unsubscribe(shard, m.topic);
+        this.presence?.unsubscribe(shard, m.topic);
+        return;
+      case 'pset':
+        this.presence?.set(`s${shard}`, m.topic, m.user, m.n);
+        return;
+      case 'pread':
+        link.send({ op: 'pdata', rid: m.rid, data: this.encodePresence(this.presence?.current(m.topic) ?? new Map()) });
         return;
       case 'hist':
         link.send({ op: 'histok', rid: m.rid, read: this.hub.history(m.topic, m.since) });
@@ -253,6 +324,7 @@ export class MeshBroker implements ShardBroker {
     const link = this.peers.get(shard);
     this.peers.delete(shard);
     this.hub.detach(shard);
+    this.presence?.shardGone(shard);
     link?.port.close();
     const failed = link?.requests.close(`shard ${shard} is gone`) ?? 0;
     this.log.warn({ peer: shard, failedRequests: failed }, 'peer shard gone');

@@ -1,4 +1,4 @@
-import type { Delivery, HistoryRead, PublishFields, PublishResult } from '@sluice/core';
+import type { Delivery, HistoryRead, PresenceChange, PresenceFlush, PublishFields, PublishResult } from '@sluice/core';
 import type { EventClass } from '@sluice/protocol';
 
 /**
@@ -20,13 +20,20 @@ export type ToOwner =
   | { readonly op: 'pub'; readonly rid: number; readonly tenant: string; readonly req: PublishFields }
   /** A durable publish with an idempotency key, sent to the key's owner. */
   | { readonly op: 'once'; readonly rid: number; readonly tenant: string; readonly req: PublishFields }
-  | { readonly op: 'hist'; readonly rid: number; readonly topic: string; readonly since: string };
+  | { readonly op: 'hist'; readonly rid: number; readonly topic: string; readonly since: string }
+  /** Presence: this shard's count of a user's sockets on a presence topic (0: none left). */
+  | { readonly op: 'pset'; readonly topic: string; readonly user: string; readonly n: number }
+  /** Presence: the topic's state now, as the `data` of a presence answer. */
+  | { readonly op: 'pread'; readonly rid: number; readonly topic: string };
 
 export type FromOwner =
   | { readonly op: 'ev'; readonly ev: Delivery }
   | { readonly op: 'subok'; readonly rid: number }
   | { readonly op: 'pubok'; readonly rid: number; readonly res: PublishResult }
-  | { readonly op: 'histok'; readonly rid: number; readonly read: HistoryRead };
+  | { readonly op: 'histok'; readonly rid: number; readonly read: HistoryRead }
+  /** Presence: a subscriber's starting replica (sent before `subok`), or a flush of the topic's table. */
+  | { readonly op: 'pflush'; readonly topic: string; readonly snapshot: boolean; readonly flush: PresenceFlush }
+  | { readonly op: 'pdata'; readonly rid: number; readonly data: string };
 
 export type PeerMessage = ToOwner | FromOwner;
 
@@ -50,6 +57,17 @@ export function encodePeer(m: PeerMessage): string {
       return `h${US}${m.rid}${US}${m.topic}${US}${m.since}`;
     case 'ev':
       return encodeDelivery(m.ev);
+    case 'pset':
+      return `c${US}${m.topic}${US}${m.user}${US}${m.n}`;
+    case 'pread':
+      return `q${US}${m.rid}${US}${m.topic}`;
+    case 'pdata':
+      return `Q${US}${m.rid}${US}${m.data}`;
+    case 'pflush': {
+      let s = `F${US}${m.topic}${US}${m.snapshot ? 1 : 0}${US}${m.flush.full ? 1 : 0}`;
+      for (const [u, n] of m.flush.changes) s += `${US}${u}${US}${n}`;
+      return s;
+    }
     case 'pubok': {
       const r = m.res;
       return r.ok ? `a${US}${m.rid}${US}ok${US}${opt(r.id)}${US}${r.duplicate ? 1 : 0}` : `a${US}${m.rid}${US}${r.reason}`;
@@ -86,6 +104,17 @@ export function decodePeer(s: string): PeerMessage {
       return { op: 'hist', rid: Number(f[1]), topic: f[2]!, since: f[3]! };
     case 'e':
       return { op: 'ev', ev: { topic: f[1]!, cls: Number(f[2]) as EventClass, id: und(f[3]), key: und(f[4]), at: Number(f[5]), frame: f[6]! } };
+    case 'c':
+      return { op: 'pset', topic: f[1]!, user: f[2]!, n: Number(f[3]) };
+    case 'q':
+      return { op: 'pread', rid: Number(f[1]), topic: f[2]! };
+    case 'Q':
+      return { op: 'pdata', rid: Number(f[1]), data: f[2]! };
+    case 'F': {
+      const changes: PresenceChange[] = [];
+      for (let i = 4; i + 1 < f.length; i += 2) changes.push([f[i]!, Number(f[i + 1])]);
+      return { op: 'pflush', topic: f[1]!, snapshot: f[2] === '1', flush: { full: f[3] === '1', changes } };
+    }
     case 'a':
       return {
         op: 'pubok', rid: Number(f[1]),

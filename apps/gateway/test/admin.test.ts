@@ -28,6 +28,7 @@ const deps: AdminDeps = {
   metrics: () => Promise.reject(new Error('a shard did not answer')),
   publish: () => (failing ? Promise.reject(new Error('control port closed')) : Promise.resolve({ ok: true, id: '1-0', duplicate: false })),
   control: () => Promise.resolve({ ok: true }),
+  presence: () => Promise.resolve(undefined),
   toUsers: () => Promise.resolve({ ok: false, reason: 'unavailable', message: 'redis did not take the event, so no node sent it; retry' }),
   drain: () => {},
 };

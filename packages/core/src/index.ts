@@ -18,3 +18,4 @@ export * from './handshake.ts';
 export * from './socket-options.ts';
 export * from './control.ts';
 export * from './user-sockets.ts';
+export * from './presence.ts';

@@ -38,6 +38,7 @@ import type { ShardExit, ShardTask } from './task.ts';
 import { Topics } from './topics.ts';
 import { ShardTracing } from './tracing.ts';
 import { SocketIndex } from './socket-index.ts';
+import { ShardPresence } from './presence.ts';
 
 export type { ShardExit, ShardTask } from './task.ts';
 
@@ -84,6 +85,8 @@ class Shard {
   private readonly userClaims = new PendingRequests<readonly boolean[]>();
   /** WS_MAX_USER_SOCKETS: null when off. */
   private readonly cap: UserSocketCap | null;
+  /** WS_PRESENCE_TOPICS: null when no topic keeps presence. */
+  private readonly presence: ShardPresence | null;
   private listenSocket: us_listen_socket | null = null;
   private sweepTimer: NodeJS.Timeout | undefined;
   private stopping = false;
@@ -126,9 +129,14 @@ class Shard {
     const tokens = new SocketIndex<Socket>();
     this.cap = cfg.maxUserSockets === 0 || cfg.auth !== 'jwt' ? null : new UserSocketCap(cfg.maxUserSockets, this.userStore(), `${task.nodeId}.${task.shard}.${task.generation}`,
       ctx.log, () => this.claimAll(), this.backplane.redis?.health);
+    // Presence diffs go out as the fan-out's events do; the fan-out is made with the app, below.
+    const presence = this.backplane.mesh.presence === null ? null
+      : new ShardPresence(ctx, this.backplane.mesh, (ev) => this.fanOut.deliver(ev), (key) => this.app.numSubscribers(key));
+    this.presence = presence;
+    if (presence !== null) topics.onDropped = (key) => presence.dropped(key);
     this.session = new Session(ctx, {
-      metrics: this.metrics, broker: this.broker, limits: this.limits, shared: this.shared, topics, recoveries, lane, replies: new Replies(),
-      verifier, revocations: this.revocations, users, tokens, cap: this.cap,
+      metrics: this.metrics, broker: this.broker, mesh: this.backplane.mesh, limits: this.limits, shared: this.shared, topics, recoveries, lane,
+      replies: new Replies(), verifier, revocations: this.revocations, users, tokens, cap: this.cap, presence,
     });
     this.actions = new AdminActions(ctx, this.session, users, tokens, this.revocations);
     const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable(), this.revocations, this.cap);
@@ -145,7 +153,7 @@ class Shard {
     task.control.on('message', (m: ToShardControl) => this.control(m));
     this.metrics.register({
       counters: ctx.counters, sockets: () => this.session.sockets.size, users: () => users.size, lane, bufferedBytes: () => this.fanOut.bufferedBytes,
-      broker: this.broker.stats, limits: this.limits, suppressed: ctx.suppressed, cap: this.cap,
+      broker: this.broker.stats, limits: this.limits, suppressed: ctx.suppressed, cap: this.cap, presence, presenceTables: this.backplane.mesh.presence,
     });
     this.threadMetrics = registerThreadMetrics(registry, `shard${task.shard}`);
     this.app = app;
@@ -285,6 +293,10 @@ class Shard {
         return;
       }
       case 'nodes':
+        return;
+      case 'presence':
+        this.backplane.mesh.presenceRead(m.key).then((data) => this.tell({ op: 'presenceData', rid: m.rid, data }),
+          () => this.tell({ op: 'presenceData', rid: m.rid, data: undefined }));
         return;
       case 'peer':
         this.broker.addPeer(m.shard, m.port);

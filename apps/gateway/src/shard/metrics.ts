@@ -61,6 +61,9 @@ export interface MetricSources {
   readonly suppressed: SuppressedCounts;
   /** WS_MAX_USER_SOCKETS (null when off). */
   readonly cap: { readonly stats: { readonly failedOpen: number } } | null;
+  /** WS_PRESENCE_TOPICS (null when off): the shard's replicas and the tables it owns. */
+  readonly presence: { readonly diffs: number; readonly diffSockets: number } | null;
+  readonly presenceTables: { readonly members: number; readonly flushesSent: number } | null;
 }
 
 export class ShardMetrics {
@@ -115,6 +118,17 @@ export class ShardMetrics {
     counterFrom(r, 'sluice_user_socket_cap_skipped_total',
       'Upgrades let through without the WS_MAX_USER_SOCKETS check because the store (Redis) did not answer.', undefined,
       () => s.cap?.stats.failedOpen ?? 0);
+    if (s.presence !== null && s.presenceTables !== null) {
+      const p = s.presence;
+      const t = s.presenceTables;
+      gaugeFrom(r, 'sluice_presence_members', 'Users present on presence topics, per topic, in the tables this node\'s shards own (a user on two topics counts twice).',
+        () => t.members);
+      counterFrom(r, 'sluice_presence_diffs_total', 'presence_diff frames fanned out (one per topic per shard per flush).', undefined, () => p.diffs);
+      counterFrom(r, 'sluice_presence_diff_deliveries_total', 'presence_diff frames sent to sockets (each fan-out times the topic\'s sockets on the shard).',
+        undefined, () => p.diffSockets);
+      counterFrom(r, 'sluice_presence_flushes_total', 'Flushes of presence tables sent to subscribed shards (at most one per topic per shard per WS_PRESENCE_DIFF_MS).',
+        undefined, () => t.flushesSent);
+    }
     counterFrom(r, 'sluice_limiter_fallbacks_total', 'Limit settles Redis failed and this node\'s memory store took.', undefined,
       () => limits.stats.fallbacks);
   }

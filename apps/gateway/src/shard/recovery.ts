@@ -21,6 +21,9 @@ export interface Recovery {
 }
 
 export class Recoveries {
+  /** Sent after a join's reply, in the same cork (presence_state). */
+  afterReply: (ws: Socket, d: SocketData, key: string) => void = () => {};
+
   constructor(
     private readonly ctx: ShardContext,
     private readonly broker: Pick<Broker, 'history'>,
@@ -81,6 +84,7 @@ export class Recoveries {
     ws.cork(() => {
       splice.replay(read.events, send);
       ws.send(encodeReplyOk(f.ref, `{"recovered":${read.recovered}}`), false);
+      this.afterReply(ws, d, key);
       // In cluster mode the read and the live events come over two Redis
       // connections: the pub/sub message of an event the read returned may
       // still be on its way. Until live delivery has passed the replay's

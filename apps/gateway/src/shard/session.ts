@@ -6,13 +6,14 @@
  */
 import { allows, clearStrikes, Guard, frameWindowWait, guardFrame, type MailItem, type PublishResult, type Revocations, strike, tokenKey, topicKey } from '@sluice/core';
 import { type CloseReason, decodeClientFrame, encodePong, encodeRejection, encodeReplyOk, encodeUnsubscribed, type ErrorReason,
-  encodeSubscribed, type JoinFrame, type LeaveFrame, PEEK_REF_BYTES, peekRef, type PublishFrame, type RefreshFrame, welcomeFrame,
+  encodeSubscribed, type JoinFrame, type LeaveFrame, PEEK_REF_BYTES, peekRef, type PresenceFrame, type PublishFrame, type RefreshFrame, welcomeFrame,
   welcomePrefix } from '@sluice/protocol';
 import { endSpan } from '@sluice/telemetry';
 import type { Verified, Verifier } from '../auth.ts';
 import { ExpiryTimers } from '../expiry.ts';
 import type { SharedLimits } from '../shared-limits.ts';
 import type { ShardBroker } from '../shard-broker.ts';
+import type { MeshBroker } from '../mesh-broker.ts';
 import type { SharedState } from '../shared-state.ts';
 import type { SlowLane } from '../slow-lane.ts';
 import type { ShardContext } from './context.ts';
@@ -23,6 +24,7 @@ import { closeSocket, type Socket, type SocketData } from './socket-data.ts';
 import type { Topics } from './topics.ts';
 import type { SocketIndex } from './socket-index.ts';
 import type { UserSocketCap } from '../user-socket-cap.ts';
+import type { ShardPresence } from './presence.ts';
 
 const CRASH_FRAME = '{"type":"debug.crash"}';
 const utf8 = new TextDecoder();
@@ -31,6 +33,8 @@ export interface SessionParts {
   readonly metrics: ShardMetrics;
   readonly broker: ShardBroker;
   readonly limits: SharedLimits;
+  /** The node's mesh: presence reads go to a topic's owner shard through it. */
+  readonly mesh: MeshBroker;
   readonly shared: SharedState;
   readonly topics: Topics<Recovery>;
   readonly recoveries: Recoveries;
@@ -45,6 +49,8 @@ export interface SessionParts {
   readonly tokens: SocketIndex<Socket>;
   /** WS_MAX_USER_SOCKETS: every socket claimed one at its upgrade and gives it back at its close; null when off. */
   readonly cap: UserSocketCap | null;
+  /** WS_PRESENCE_TOPICS: null when no topic keeps presence. */
+  readonly presence: ShardPresence | null;
 }
 
 export class Session {
@@ -55,6 +61,15 @@ export class Session {
 
   constructor(private readonly ctx: ShardContext, private readonly p: SessionParts) {
     this.welcome = welcomePrefix(ctx.cfg.heartbeatMs, ctx.cfg);
+    p.recoveries.afterReply = (ws, d, key) => this.present(ws, d, key);
+  }
+
+  /** After a join's reply (or a server-side `subscribed`): on a presence topic the socket counts, and gets `presence_state`. */
+  private present(ws: Socket, d: SocketData, key: string): void {
+    const presence = this.p.presence;
+    if (presence === null || !presence.keeps(key)) return;
+    presence.joined(d, key);
+    ws.send(presence.stateFrame(d, key), false);
   }
 
   /** Closes a socket with the code and JSON reason of the protocol's close table. */
@@ -99,6 +114,7 @@ export class Session {
       // uWS already removed the socket from its native topics.
       for (const key of d.topics.values()) {
         this.p.recoveries.cancel(d, key);
+        if (d.present !== null) this.p.presence!.left(d, key);
         this.p.topics.release(key);
       }
       d.topics = null;
@@ -155,8 +171,36 @@ export class Session {
       case 'refresh':
         this.refresh(ws, d, f);
         return;
+      case 'presence':
+        this.presenceAsk(ws, d, f);
+        return;
     }
   };
+
+  /** A `presence` frame: who is present on a topic the socket may join. */
+  private presenceAsk(ws: Socket, d: SocketData, f: PresenceFrame): void {
+    if (!allows(d.join, f.topic) && d.granted?.has(f.topic) !== true) {
+      this.reject(ws, d, f.ref, 'forbidden', undefined, `the token does not allow joining ${f.topic}`);
+      return;
+    }
+    const key = topicKey(d.tenant, f.topic);
+    const presence = this.p.presence;
+    if (presence === null || !presence.keeps(key)) {
+      this.reject(ws, d, f.ref, 'bad_request', undefined, `${f.topic} does not keep presence (WS_PRESENCE_TOPICS)`);
+      return;
+    }
+    clearStrikes(d);
+    const local = presence.localData(key, d);
+    if (local !== undefined) {
+      ws.send(encodeReplyOk(f.ref, local), false);
+      return;
+    }
+    this.p.mesh.presenceRead(key).then((data) => {
+      if (d.open) ws.cork(() => ws.send(encodeReplyOk(f.ref, data), false));
+    }, () => {
+      if (d.open) ws.cork(() => ws.send(encodeRejection(f.ref, 'unavailable'), false));
+    });
+  }
 
   /** Answers a rejected frame; the frame goes no further and the socket stays open, unless it struck out. */
   private reject(ws: Socket, d: SocketData, ref: string | undefined, reason: ErrorReason, retryAfterMs?: number, message?: string): void {
@@ -255,6 +299,7 @@ export class Session {
         ws.cork(() => {
           lane.subscribe(ws, d, key);
           ws.send(encodeReplyOk(f.ref), false);
+          this.present(ws, d, key);
         });
         endSpan(span);
         return;
@@ -279,6 +324,7 @@ export class Session {
     d.topics!.delete(topic);
     d.granted?.delete(topic);
     this.p.recoveries.cancel(d, key);
+    if (d.present !== null) this.p.presence!.left(d, key);
     this.p.lane.unsubscribe(ws, key);
     this.p.topics.release(key);
   }
@@ -383,6 +429,7 @@ export class Session {
       ws.cork(() => {
         ws.send(encodeSubscribed(topic), false);
         lane.subscribe(ws, d, key);
+        this.present(ws, d, key);
       });
     });
     return true;

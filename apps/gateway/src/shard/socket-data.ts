@@ -40,6 +40,8 @@ export interface SocketData extends FixedWindowState, StrikeState, LaneData {
   topics: Map<string, string> | null;
   /** Joined topics the operator subscribed the socket to (`POST /v1/subscribe`): a refresh's rights do not take them away. */
   granted: Set<string> | null;
+  /** Presence topics (keys) whose join completed: the socket counts toward its user's presence there. */
+  present: Set<string> | null;
   /** Since when the socket's unsent bytes are above the soft limit; -1 when they are not. */
   congestedSince: number;
   /** The socket's mailbox while it is in the slow lane. */
@@ -70,6 +72,7 @@ export function newSocketData(id: string, who: Identity, ip: string, userLimit: 
     inflight: 0,
     topics: null,
     granted: null,
+    present: null,
     congestedSince: -1,
     mailbox: null,
     unsent: 0,

@@ -26,6 +26,9 @@ export interface TopicRecord<R> {
 export class Topics<R> {
   private readonly records = new Map<string, TopicRecord<R>>();
 
+  /** Called when a topic's record is dropped (its last socket left). */
+  onDropped: (key: string) => void = () => {};
+
   constructor(private readonly broker: Pick<Broker, 'subscribe' | 'unsubscribe'>, private readonly degraded: ThrottledLine) {}
 
   get(key: string): TopicRecord<R> | undefined {
@@ -62,6 +65,7 @@ export class Topics<R> {
     if (--t.count > 0) return;
     this.records.delete(key);
     this.broker.unsubscribe(key);
+    this.onDropped(key);
   }
 
   /** `rec` waits on the topic's live delivery. The topic must be held (a joined socket holds it). */

@@ -281,7 +281,7 @@ export class Coordinator {
     const task: ShardTask = {
       shard, generation, nodeId: this.nodeId, config: this.config, shared: this.shared.buffer, control: port2, peers,
       listenPort, testHooks: this.opts.testHooks, uws: this.opts.uws.uws, corkInPlace: this.corkInPlace,
-      revocations: this.control?.revocations.list() ?? [],
+      revocations: this.control?.revocations.list() ?? [], nodes: [...(this.nodes?.nodes ?? [])],
     };
     let failedEarly: (err: unknown) => void = () => {};
     const early = new Promise<never>((_, reject) => (failedEarly = reject));

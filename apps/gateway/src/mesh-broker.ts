@@ -121,10 +121,17 @@ export class MeshBroker implements ShardBroker {
   /** The topic's presence now, as the `data` of an answer (encoded by the owner), or null for nobody present. */
   presenceRead(key: string): Promise<string> {
     const owner = ownerOf(key, this.shards);
-    if (owner === this.self) return Promise.resolve(this.encodePresence(this.presence?.current(key) ?? new Map()));
+    if (owner === this.self) return this.readPresence(key);
     const link = this.peers.get(owner);
     if (link === undefined) return Promise.reject(new BrokerUnavailable(`shard ${owner}, owner of the topic, is unavailable`));
-    return link.requests.request<string>((rid) => link.send({ op: 'pread', rid, topic: key }), { fail: ownerGone(owner) });
+    return link.requests.request<string>((rid) => link.send({ op: 'pread', rid, topic: key }), { fail: ownerGone(owner) }).then((data) => {
+      if (data === '') throw new BrokerUnavailable('the topic\'s presence could not be read (redis)');
+      return data;
+    });
+  }
+
+  private async readPresence(key: string): Promise<string> {
+    return this.encodePresence(this.presence === null ? new Map() : await this.presence.read(key));
   }
 
   /** How a presence read is encoded at the owner (set by the shard: it knows WS_PRESENCE_MAX_USERS). */
@@ -214,7 +221,10 @@ export class MeshBroker implements ShardBroker {
     const owner = ownerOf(topic, this.shards);
     if (owner === this.self) {
       this.hub.subscribe(this.self, topic);
-      if (this.presence !== null && this.keepsPresence(topic)) this.presence.subscribe(this.self, topic);
+      if (this.presence !== null && this.keepsPresence(topic)) {
+        const presence = this.presence;
+        return new Promise((resolve) => presence.subscribe(this.self, topic, resolve));
+      }
       return Promise.resolve();
     }
     return this.request<void>(owner, { fail: ownerGone(owner) }, (rid) => ({ op: 'sub', rid, topic }));
@@ -299,8 +309,11 @@ export class MeshBroker implements ShardBroker {
       case 'sub':
         this.hub.subscribe(shard, m.topic);
         // The starting replica goes before the answer: the subscriber has it when its joins complete.
-        if (this.presence !== null && this.keepsPresence(m.topic)) this.presence.subscribe(shard, m.topic);
-        if (m.rid !== 0) link.send({ op: 'subok', rid: m.rid });
+        if (this.presence !== null && this.keepsPresence(m.topic)) {
+          this.presence.subscribe(shard, m.topic, () => {
+            if (m.rid !== 0) link.send({ op: 'subok', rid: m.rid });
+          });
+        } else if (m.rid !== 0) link.send({ op: 'subok', rid: m.rid });
         return;
       case 'unsub':
         this.hub.unsubscribe(shard, m.topic);
@@ -310,7 +323,8 @@ export class MeshBroker implements ShardBroker {
         this.presence?.set(`s${shard}`, m.topic, m.user, m.n);
         return;
       case 'pread':
-        link.send({ op: 'pdata', rid: m.rid, data: this.encodePresence(this.presence?.current(m.topic) ?? new Map()) });
+        // '' says it could not be read (JSON data is never empty).
+        this.readPresence(m.topic).then((data) => link.send({ op: 'pdata', rid: m.rid, data }), () => link.send({ op: 'pdata', rid: m.rid, data: '' }));
         return;
       case 'hist':
         link.send({ op: 'histok', rid: m.rid, read: this.hub.history(m.topic, m.since) });

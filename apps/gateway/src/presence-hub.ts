@@ -31,6 +31,19 @@ export function keepsPresence(rights: Rights | null, topic: string): boolean {
 interface HubTopic {
   readonly table: PresenceTable;
   readonly subscribers: Set<number>;
+  /** Cluster mode: the other nodes' entries are read (or could not be); subscribers that came before wait. */
+  loaded: boolean;
+  waiting: (() => void)[];
+}
+
+/** What the hub needs from the cluster (presence-redis.ts); null in embedded mode. */
+export interface PresenceClusterLink {
+  changed(key: string, user: string): void;
+  writeAll(): void;
+  watch(key: string, loaded: () => void): void;
+  unwatch(key: string): void;
+  /** Every other node's counts on a topic, read from Redis (a topic this node does not watch). */
+  readAll(key: string): Promise<Map<string, number>>;
 }
 
 export class PresenceHub {
@@ -39,8 +52,8 @@ export class PresenceHub {
   private timer: NodeJS.Timeout | undefined;
   /** Flushes sent to subscribers (one per topic per subscriber shard). */
   flushesSent = 0;
-  /** Called after a table changed, with the topic: the cluster link writes this node's own counts to Redis. */
-  onLocalChange: ((topic: string) => void) | undefined;
+  /** Cluster mode: this node's counts go to Redis, the other nodes' come from it. */
+  cluster: PresenceClusterLink | null = null;
 
   constructor(private readonly diffMs: number, private readonly sink: PresenceSink) {}
 
@@ -63,7 +76,7 @@ export class PresenceHub {
   private topic(key: string): HubTopic {
     let t = this.topics.get(key);
     if (t === undefined) {
-      t = { table: new PresenceTable(), subscribers: new Set() };
+      t = { table: new PresenceTable(), subscribers: new Set(), loaded: this.cluster === null, waiting: [] };
       this.topics.set(key, t);
       // A new table's first flush is a full one: replicas left from an owner that restarted are replaced.
       this.dirty.add(key);
@@ -76,6 +89,7 @@ export class PresenceHub {
     if (n === 0 && !this.topics.has(key)) return;
     this.topic(key).table.set(source, user, n);
     this.dirty.add(key);
+    if (this.cluster !== null && source.startsWith('s')) this.cluster.changed(key, user);
   }
 
   /** Everything a source holds on a topic, said again (another node's entries, read from Redis). */
@@ -88,23 +102,47 @@ export class PresenceHub {
   /** A source gone: a shard that died, a node whose lease ended. */
   drop(source: string): void {
     for (const [key, t] of this.topics) {
+      if (this.cluster !== null && source.startsWith('s')) for (const user of t.table.countsOf(source).keys()) this.cluster.changed(key, user);
       const before = t.table.size;
       t.table.drop(source);
       if (t.table.size !== before) this.dirty.add(key);
     }
   }
 
-  /** A shard subscribes: it gets its starting replica now, in order before the subscribe's answer. */
-  subscribe(shard: number, key: string): void {
+  /**
+   * A shard subscribes: it gets its starting replica, then `done` runs (the
+   * subscribe's answer goes after the replica). In cluster mode the first
+   * subscriber of a topic waits until the other nodes' entries are read, so
+   * that a new socket's presence_state lists the cluster's users.
+   */
+  subscribe(shard: number, key: string, done: () => void): void {
     const t = this.topic(key);
     t.subscribers.add(shard);
-    this.sink.flush(shard, key, true, { full: true, changes: [...t.table.snapshot()] });
+    const send = (): void => {
+      this.sink.flush(shard, key, true, { full: true, changes: [...t.table.snapshot()] });
+      done();
+    };
+    if (t.loaded) {
+      send();
+      return;
+    }
+    t.waiting.push(send);
+    if (t.waiting.length > 1) return;
+    this.cluster!.watch(key, () => {
+      t.loaded = true;
+      // What the read brought in is flushed now, so the replicas the waiting subscribers get hold it.
+      this.flushTopic(key, t);
+      const waiting = t.waiting;
+      t.waiting = [];
+      for (const w of waiting) w();
+    });
   }
 
   unsubscribe(shard: number, key: string): void {
     const t = this.topics.get(key);
     if (t === undefined) return;
     t.subscribers.delete(shard);
+    if (t.subscribers.size === 0 && t.loaded) this.cluster?.unwatch(key);
     this.forgetIfIdle(key, t);
   }
 
@@ -112,7 +150,8 @@ export class PresenceHub {
   shardGone(shard: number): void {
     this.drop(`s${shard}`);
     for (const [key, t] of this.topics) {
-      t.subscribers.delete(shard);
+      if (!t.subscribers.delete(shard)) continue;
+      if (t.subscribers.size === 0 && t.loaded) this.cluster?.unwatch(key);
       this.forgetIfIdle(key, t);
     }
   }
@@ -120,6 +159,23 @@ export class PresenceHub {
   /** The state now (flushed or not), or undefined for a topic nobody is present on. */
   current(key: string): ReadonlyMap<string, number> | undefined {
     return this.topics.get(key)?.table.current();
+  }
+
+  /**
+   * The state now, for an admin read or a socket not joined to the topic.
+   * In cluster mode a topic this node does not watch is read from Redis.
+   */
+  async read(key: string): Promise<ReadonlyMap<string, number>> {
+    const t = this.topics.get(key);
+    if (this.cluster === null || (t !== undefined && t.loaded && t.subscribers.size > 0)) return t?.table.current() ?? new Map();
+    const users = await this.cluster.readAll(key);
+    if (t !== undefined) {
+      for (const src of t.table.sourceIds()) {
+        if (!src.startsWith('s')) continue;
+        for (const [u, n] of t.table.countsOf(src)) users.set(u, (users.get(u) ?? 0) + n);
+      }
+    }
+    return users;
   }
 
   /** The table, for the cluster link (this node's counts as one source). */
@@ -134,19 +190,23 @@ export class PresenceHub {
 
   /** Sends every dirty table's flush to its subscribers. */
   flushAll(): void {
+    this.cluster?.writeAll();
     for (const key of this.dirty) {
       const t = this.topics.get(key);
-      if (t === undefined) continue;
-      const f = t.table.flush();
-      if (f !== undefined) {
-        for (const shard of t.subscribers) {
-          this.flushesSent++;
-          this.sink.flush(shard, key, false, f);
-        }
-      }
+      if (t === undefined || !t.loaded) continue;
+      this.flushTopic(key, t);
       if (t.subscribers.size === 0 && t.table.empty) this.topics.delete(key);
     }
-    this.dirty.clear();
+    for (const key of [...this.dirty]) if (this.topics.get(key)?.loaded !== false) this.dirty.delete(key);
+  }
+
+  private flushTopic(key: string, t: HubTopic): void {
+    const f = t.table.flush();
+    if (f === undefined) return;
+    for (const shard of t.subscribers) {
+      this.flushesSent++;
+      this.sink.flush(shard, key, false, f);
+    }
   }
 
   private forgetIfIdle(key: string, t: HubTopic): void {

@@ -39,6 +39,7 @@ import { Topics } from './topics.ts';
 import { ShardTracing } from './tracing.ts';
 import { SocketIndex } from './socket-index.ts';
 import { ShardPresence } from './presence.ts';
+import { PresenceCluster } from '../presence-redis.ts';
 
 export type { ShardExit, ShardTask } from './task.ts';
 
@@ -87,6 +88,8 @@ class Shard {
   private readonly cap: UserSocketCap | null;
   /** WS_PRESENCE_TOPICS: null when no topic keeps presence. */
   private readonly presence: ShardPresence | null;
+  /** WS_PRESENCE_TOPICS in cluster mode: the tables' link to the other nodes through Redis. */
+  private readonly presenceCluster: PresenceCluster | null;
   private listenSocket: us_listen_socket | null = null;
   private sweepTimer: NodeJS.Timeout | undefined;
   private stopping = false;
@@ -134,6 +137,10 @@ class Shard {
       : new ShardPresence(ctx, this.backplane.mesh, (ev) => this.fanOut.deliver(ev), (key) => this.app.numSubscribers(key));
     this.presence = presence;
     if (presence !== null) topics.onDropped = (key) => presence.dropped(key);
+    const hub = this.backplane.mesh.presence;
+    this.presenceCluster = hub === null || cfg.redisUrl === undefined ? null
+      : new PresenceCluster(cfg, task.nodeId, task.shard, hub, ctx.log, task.nodes);
+    if (hub !== null) hub.cluster = this.presenceCluster;
     this.session = new Session(ctx, {
       metrics: this.metrics, broker: this.broker, mesh: this.backplane.mesh, limits: this.limits, shared: this.shared, topics, recoveries, lane,
       replies: new Replies(), verifier, revocations: this.revocations, users, tokens, cap: this.cap, presence,
@@ -154,6 +161,7 @@ class Shard {
     this.metrics.register({
       counters: ctx.counters, sockets: () => this.session.sockets.size, users: () => users.size, lane, bufferedBytes: () => this.fanOut.bufferedBytes,
       broker: this.broker.stats, limits: this.limits, suppressed: ctx.suppressed, cap: this.cap, presence, presenceTables: this.backplane.mesh.presence,
+      presenceRedis: this.presenceCluster?.calls ?? null,
     });
     this.threadMetrics = registerThreadMetrics(registry, `shard${task.shard}`);
     this.app = app;
@@ -228,6 +236,7 @@ class Shard {
       this.fanOut.start();
       this.limits.start();
       this.cap?.start();
+      this.presenceCluster?.start();
       this.tell({ op: 'listening', port: this.uws.us_socket_local_port(ls as never) });
     });
   }
@@ -293,6 +302,7 @@ class Shard {
         return;
       }
       case 'nodes':
+        this.presenceCluster?.nodes(m.live, m.gone);
         return;
       case 'presence':
         this.backplane.mesh.presenceRead(m.key).then((data) => this.tell({ op: 'presenceData', rid: m.rid, data }),
@@ -370,6 +380,7 @@ class Shard {
     this.session.stop();
     this.limits.stop();
     this.cap?.stop();
+    this.presenceCluster?.stop();
     this.settles.close('the shard stopped');
     this.userClaims.close('the shard stopped');
     this.threadMetrics.stop();

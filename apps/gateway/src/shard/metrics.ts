@@ -64,6 +64,9 @@ export interface MetricSources {
   /** WS_PRESENCE_TOPICS (null when off): the shard's replicas and the tables it owns. */
   readonly presence: { readonly diffs: number; readonly diffSockets: number } | null;
   readonly presenceTables: { readonly members: number; readonly flushesSent: number } | null;
+  /** Cluster mode: Redis calls for presence, by operation. */
+  readonly presenceRedis: { readonly write: number; readonly read: number; readonly renew: number; readonly subscribe: number;
+    readonly errors: number } | null;
 }
 
 export class ShardMetrics {
@@ -128,6 +131,13 @@ export class ShardMetrics {
         undefined, () => p.diffSockets);
       counterFrom(r, 'sluice_presence_flushes_total', 'Flushes of presence tables sent to subscribed shards (at most one per topic per shard per WS_PRESENCE_DIFF_MS).',
         undefined, () => t.flushesSent);
+    }
+    if (s.presenceRedis !== null) {
+      const c = s.presenceRedis;
+      counterFrom(r, 'sluice_presence_redis_calls_total',
+        'Redis calls for presence (cluster mode), by operation: write (one script per topic per flush with changes), read (the other nodes\' entries), renew (expiry), subscribe.',
+        'op', () => ({ write: c.write, read: c.read, renew: c.renew, subscribe: c.subscribe }));
+      counterFrom(r, 'sluice_presence_redis_errors_total', 'Redis calls for presence that failed.', undefined, () => c.errors);
     }
     counterFrom(r, 'sluice_limiter_fallbacks_total', 'Limit settles Redis failed and this node\'s memory store took.', undefined,
       () => limits.stats.fallbacks);

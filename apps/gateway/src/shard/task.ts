@@ -27,6 +27,8 @@ export interface ShardTask {
   readonly corkInPlace: boolean;
   /** The revocations the node holds when the shard starts; later ones come as control commands. */
   readonly revocations: readonly Revocation[];
+  /** Cluster mode: the nodes alive when the shard starts (their leases); changes come as control messages. */
+  readonly nodes: readonly string[];
 }
 
 export interface ShardExit {

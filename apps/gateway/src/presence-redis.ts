@@ -1,0 +1,319 @@
+/**
+ * Presence across the cluster (cluster mode), for the presence tables one
+ * shard owns. The node's own counts (the sum of its shards' sources) live in
+ * Redis, one hash per topic and node, `sluice:p:{<topic key>}:<node>`: user
+ * to connections, and `\0seq`, the number of the node's last write. Each
+ * write is one script (atomic): the changes, the new seq, a PEXPIRE of
+ * WS_PRESENCE_TTL_MS, and a PUBLISH (SPUBLISH with Cluster) of the changes on
+ * the topic's presence channel `sluice:pc:{<topic key>}`. A node writes at
+ * most once per topic per WS_PRESENCE_DIFF_MS: Redis calls grow with the
+ * batches, not with joins.
+ *
+ * Every other node with sockets on the topic subscribes to the channel and
+ * reads the hashes of the nodes alive once (at its first subscriber), then
+ * applies messages in seq order per node: an old one is dropped, one after
+ * a gap makes it read that node's hash again. Other nodes are sources of the
+ * table (`n:<node>`): their users count as the local shards' do.
+ *
+ * Healing: a node's lease ending (node-registry.ts) drops it as a source on
+ * every node; its hashes expire by themselves. After a reconnect to Redis a
+ * node writes its whole state again (a `full` write replaces its hash and
+ * tells the others to replace what they hold of it) and reads the others'
+ * again. A write that failed makes the next one full.
+ */
+import { type Config, presenceChannel, presenceKey } from '@sluice/core';
+import { createRedisClient, nodeOptions, type RedisClient, RedisHealth, ShardedSubscriptions } from '@sluice/redis';
+import type { Logger } from '@sluice/telemetry';
+import type { PresenceHub } from './presence-hub.ts';
+
+const US = '\x1f';
+/** The hash field of the node's last write number: no user id holds a control character. */
+const SEQ_FIELD = '\x00seq';
+
+const WRITE_LUA = `
+if ARGV[1] == '1' then redis.call('DEL', KEYS[1]) end
+local seq = redis.call('HINCRBY', KEYS[1], '\\0seq', 1)
+local msg = {ARGV[5], seq, ARGV[1]}
+for i = 6, #ARGV, 2 do
+  local u, n = ARGV[i], ARGV[i + 1]
+  if n == '0' then redis.call('HDEL', KEYS[1], u) else redis.call('HSET', KEYS[1], u, n) end
+  msg[#msg + 1] = u
+  msg[#msg + 1] = n
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call(ARGV[3], ARGV[4], table.concat(msg, '\\31'))
+return seq
+`;
+
+const READ_LUA = `
+local out = {}
+for i = 1, #KEYS do out[i] = redis.call('HGETALL', KEYS[i]) end
+return out
+`;
+
+/** Redis calls for presence, by operation (the metrics' `op` label). */
+export interface PresenceRedisCalls {
+  write: number;
+  read: number;
+  renew: number;
+  subscribe: number;
+  errors: number;
+}
+
+interface Remote {
+  /** Per node, the seq of its last write applied. */
+  readonly seqs: Map<string, number>;
+  /** Messages that came while the first read was on its way (null once it answered). */
+  buffered: string[] | null;
+}
+
+export class PresenceCluster {
+  readonly calls: PresenceRedisCalls = { write: 0, read: 0, renew: 0, subscribe: 0, errors: 0 };
+  private readonly cmd: RedisClient;
+  private readonly sub: RedisClient | ShardedSubscriptions;
+  /** Topics watched (this node has a subscriber shard): channel subscribed, the other nodes read. */
+  private readonly watched = new Map<string, Remote>();
+  /** Per topic, users whose node-level count changed since the last write. */
+  private readonly dirty = new Map<string, Set<string>>();
+  /** Topics whose next write is a full one (first write, after a reconnect, after a failed write). */
+  private readonly full = new Set<string>();
+  /** Topics this node has written entries for (it renews their expiry). */
+  private readonly written = new Set<string>();
+  private live: ReadonlySet<string>;
+  private renewTimer: NodeJS.Timeout | undefined;
+  private readonly cmdHealth: RedisHealth;
+  private subHealth: RedisHealth | undefined;
+
+  constructor(
+    private readonly cfg: Config,
+    private readonly nodeId: string,
+    shard: number,
+    private readonly hub: PresenceHub,
+    private readonly log: Logger,
+    live: readonly string[],
+  ) {
+    this.live = new Set(live);
+    const target = { url: cfg.redisUrl!, cluster: cfg.redisCluster };
+    this.cmd = createRedisClient(target, 'command', `shard${shard}-presence`);
+    this.cmd.on('error', () => {});
+    this.cmdHealth = new RedisHealth(this.cmd);
+    const onMessage = (channel: string, payload: string): void => this.message(channel, payload);
+    if (cfg.redisCluster) {
+      const sharded = new ShardedSubscriptions(this.cmd, nodeOptions(target, `sluice-shard${shard}-presence-subscriber`));
+      sharded.onMessage(onMessage);
+      sharded.onReady(() => this.reconnected());
+      this.sub = sharded;
+    } else {
+      const sub = createRedisClient(target, 'subscriber', `shard${shard}-presence`);
+      sub.on('error', () => {});
+      sub.on('message', onMessage);
+      // Every ready, the first included: a watch made before the connection was up is loaded then.
+      sub.on('ready', () => this.reconnected());
+      this.sub = sub;
+      this.subHealth = new RedisHealth(sub);
+    }
+    this.cmd.on('ready', () => {
+      // Every reconnect of the command connection: what was written may have been lost with an outage; say it all again.
+      for (const key of this.written) this.full.add(key);
+    });
+  }
+
+  start(): void {
+    this.renewTimer = setInterval(() => this.renew(), Math.max(250, Math.floor(this.cfg.presenceTtlMs / 4)));
+    this.renewTimer.unref();
+  }
+
+  stop(): void {
+    if (this.renewTimer !== undefined) clearInterval(this.renewTimer);
+    this.sub.disconnect();
+    this.cmd.disconnect();
+  }
+
+  /** The nodes alive changed: the gone ones stop counting (their seqs are forgotten). */
+  nodes(live: readonly string[], gone: readonly string[]): void {
+    this.live = new Set(live);
+    for (const node of gone) {
+      if (node === this.nodeId) continue;
+      this.hub.drop(`n:${node}`);
+      for (const r of this.watched.values()) r.seqs.delete(node);
+    }
+  }
+
+  /** A local source's count of a user changed: the node-level count is written at the next flush. */
+  changed(key: string, user: string): void {
+    let users = this.dirty.get(key);
+    if (users === undefined) {
+      this.dirty.set(key, (users = new Set()));
+      if (!this.written.has(key)) this.full.add(key);
+    }
+    users.add(user);
+  }
+
+  /** The node-level counts of this node on a topic: the sum of its shards' sources. */
+  private nodeCounts(key: string, only?: ReadonlySet<string>): Map<string, number> {
+    const table = this.hub.table(key);
+    const out = new Map<string, number>();
+    if (table === undefined) {
+      if (only !== undefined) for (const u of only) out.set(u, 0);
+      return out;
+    }
+    for (const src of table.sourceIds()) {
+      if (!src.startsWith('s')) continue;
+      for (const [u, n] of table.countsOf(src)) if (only === undefined || only.has(u)) out.set(u, (out.get(u) ?? 0) + n);
+    }
+    if (only !== undefined) for (const u of only) if (!out.has(u)) out.set(u, 0);
+    return out;
+  }
+
+  /** Writes every topic whose node-level counts changed: one script per topic. Called once per WS_PRESENCE_DIFF_MS. */
+  writeAll(): void {
+    for (const [key, users] of this.dirty) {
+      const full = this.full.has(key);
+      const counts = full ? this.nodeCounts(key) : this.nodeCounts(key, users);
+      this.dirty.delete(key);
+      this.full.delete(key);
+      const argv: (string | number)[] = [full ? '1' : '0', this.cfg.presenceTtlMs, this.cfg.redisCluster ? 'SPUBLISH' : 'PUBLISH',
+        presenceChannel(key), this.nodeId];
+      for (const [u, n] of counts) argv.push(u, n);
+      this.calls.write++;
+      if (counts.size === 0 && full) this.written.delete(key);
+      else this.written.add(key);
+      this.cmd.eval(WRITE_LUA, 1, presenceKey(key, this.nodeId), ...argv).catch((err: unknown) => {
+        this.calls.errors++;
+        this.log.warn({ err, topic: key }, 'presence: writing this node\'s entries failed; the next write says them all');
+        this.full.add(key);
+        if (!this.dirty.has(key)) this.dirty.set(key, new Set());
+      });
+    }
+  }
+
+  /** A shard subscribed to a topic this node has no subscriber of yet: subscribe its channel and read the other nodes. */
+  watch(key: string, loaded: () => void): void {
+    if (this.watched.has(key)) {
+      loaded();
+      return;
+    }
+    const remote: Remote = { seqs: new Map(), buffered: [] };
+    this.watched.set(key, remote);
+    this.load(key, remote).finally(loaded);
+  }
+
+  unwatch(key: string): void {
+    const r = this.watched.get(key);
+    if (r === undefined) return;
+    this.watched.delete(key);
+    const done = this.sub.unsubscribe(presenceChannel(key)) as Promise<unknown> | undefined;
+    done?.catch(() => {});
+    for (const node of r.seqs.keys()) this.hub.replace(`n:${node}`, key, new Map());
+  }
+
+  private async load(key: string, remote: Remote): Promise<void> {
+    try {
+      // A watch at the shard's first joins may come before these connections are up.
+      await this.cmdHealth.whenUp(3000);
+      await this.subHealth?.whenUp(3000);
+      this.calls.subscribe++;
+      await this.sub.subscribe(presenceChannel(key));
+      await this.read(key, remote, [...this.live].filter((n) => n !== this.nodeId));
+    } catch (err) {
+      this.calls.errors++;
+      this.log.warn({ err, topic: key }, 'presence: the other nodes\' entries could not be read; this node shows its own until Redis answers');
+    } finally {
+      const buffered = remote.buffered ?? [];
+      remote.buffered = null;
+      for (const m of buffered) this.apply(key, remote, m);
+    }
+  }
+
+  async readAll(key: string): Promise<Map<string, number>> {
+    const nodes = [...this.live].filter((n) => n !== this.nodeId);
+    const users = new Map<string, number>();
+    if (nodes.length === 0) return users;
+    this.calls.read++;
+    const res = (await this.cmd.eval(READ_LUA, nodes.length, ...nodes.map((n) => presenceKey(key, n)))) as string[][];
+    for (const flat of res) {
+      for (let j = 0; j + 1 < flat.length; j += 2) {
+        if (flat[j] !== SEQ_FIELD) users.set(flat[j]!, (users.get(flat[j]!) ?? 0) + Number(flat[j + 1]));
+      }
+    }
+    return users;
+  }
+
+  /** Reads the hashes of `nodes` on a topic and makes them the table's sources. */
+  private async read(key: string, remote: Remote, nodes: readonly string[]): Promise<void> {
+    if (nodes.length === 0) return;
+    this.calls.read++;
+    const res = (await this.cmd.eval(READ_LUA, nodes.length, ...nodes.map((n) => presenceKey(key, n)))) as string[][];
+    if (this.watched.get(key) !== remote) return;
+    nodes.forEach((node, i) => {
+      const flat = res[i] ?? [];
+      const counts = new Map<string, number>();
+      let seq = 0;
+      for (let j = 0; j + 1 < flat.length; j += 2) {
+        if (flat[j] === SEQ_FIELD) seq = Number(flat[j + 1]);
+        else counts.set(flat[j]!, Number(flat[j + 1]));
+      }
+      if (seq < (remote.seqs.get(node) ?? 0)) return; // A newer message was applied meanwhile.
+      remote.seqs.set(node, seq);
+      this.hub.replace(`n:${node}`, key, counts);
+    });
+  }
+
+  private message(channel: string, payload: string): void {
+    // sluice:pc:{<key>}
+    if (!channel.endsWith('}')) return;
+    const key = channel.slice(channel.indexOf('{') + 1, -1);
+    const remote = this.watched.get(key);
+    if (remote === undefined) return;
+    if (remote.buffered !== null) remote.buffered.push(payload);
+    else this.apply(key, remote, payload);
+  }
+
+  private apply(key: string, remote: Remote, payload: string): void {
+    const f = payload.split(US);
+    const node = f[0]!;
+    const seq = Number(f[1]);
+    const full = f[2] === '1';
+    if (node === this.nodeId || !Number.isSafeInteger(seq)) return;
+    const known = remote.seqs.get(node);
+    if (known !== undefined && seq <= known) return;
+    if (!full && (known === undefined || seq !== known + 1)) {
+      // A gap: what came between is in the node's hash.
+      this.read(key, remote, [node]).catch(() => {
+        this.calls.errors++;
+      });
+      return;
+    }
+    remote.seqs.set(node, seq);
+    const source = `n:${node}`;
+    if (full) {
+      const counts = new Map<string, number>();
+      for (let i = 3; i + 1 < f.length; i += 2) counts.set(f[i]!, Number(f[i + 1]));
+      this.hub.replace(source, key, counts);
+      return;
+    }
+    for (let i = 3; i + 1 < f.length; i += 2) this.hub.set(source, key, f[i]!, Number(f[i + 1]));
+  }
+
+  /** The subscriber connection is back: subscribe again, read again, and say this node's state again. */
+  private reconnected(): void {
+    for (const key of this.written) {
+      this.full.add(key);
+      if (!this.dirty.has(key)) this.dirty.set(key, new Set());
+    }
+    for (const [key, remote] of this.watched) {
+      remote.buffered = [];
+      this.load(key, remote).catch(() => {});
+    }
+  }
+
+  /** Keeps this node's entries from expiring while it lives: one PEXPIRE per topic per TTL/4. */
+  private renew(): void {
+    for (const key of this.written) {
+      this.calls.renew++;
+      this.cmd.pexpire(presenceKey(key, this.nodeId), this.cfg.presenceTtlMs).catch(() => {
+        this.calls.errors++;
+      });
+    }
+  }
+}

@@ -5,14 +5,15 @@
  *
  * The facade over the parts: the connection (sockets, heartbeat, reconnects),
  * the outbox (publishes until acknowledged), the subscriptions (topics and
- * their resume positions). It owns what travels on an open socket: the
- * pacing of frames, their refs, and the replies that settle them.
+ * their resume positions and presence). It owns what travels on an open
+ * socket: the pacing of frames, their refs, and the replies that settle
+ * them.
  *
  * Runs in browsers and in Node: it uses only the standard WebSocket surface
  * of an injected constructor, a clock (setTimeout/clearTimeout and
  * performance.now by default), and queueMicrotask.
  */
-import type { Limits, PongFrame, ReplyFrame, ServerFrame, WelcomeFrame } from '@sluice/protocol';
+import { decodeServerFrameObject, type Limits, type PongFrame, type ReplyFrame, type ServerFrame, USER_TOPIC, type WelcomeFrame } from '@sluice/protocol';
 import { type Clock, systemClock, Timer, type TimerHandle } from './clock.ts';
 import { Connection } from './connection.ts';
 import { Emitter } from './emitter.ts';
@@ -21,23 +22,32 @@ import { FALLBACK_LIMITS, type Settings, settingsOf } from './options.ts';
 import { type Entry, Outbox } from './outbox.ts';
 import { Pacer } from './pacer.ts';
 import { type Disposition, fullJitter } from './policy.ts';
+import { replaceState } from './presence.ts';
 import type { WebSocketLike } from './socket.ts';
-import { type JoinRequest, Subscriptions, type TopicState } from './subscriptions.ts';
-import type { ClientEvents, ClientState, EventHandler, PublishOptions, PublishResult, SluiceClientOptions, SubscribeOptions,
+import { type JoinRequest, Subscriptions, topicError, type TopicState } from './subscriptions.ts';
+import type { ClientEvents, ClientState, EventHandler, PresenceState, PublishOptions, PublishResult, SluiceClientOptions, SubscribeOptions,
   Subscription } from './types.ts';
 
 /** A `refresh` on the open socket: `done` gets its reply, or undefined when the socket went first. */
 type Refresh = { readonly kind: 'refresh'; readonly token: string; readonly done: (reply: ReplyFrame | undefined) => void };
 
+/** A `presence` frame of fetchPresence(), until its reply: asked again on every new socket until then. */
+interface Ask {
+  readonly topic: string;
+  readonly resolve: (state: PresenceState) => void;
+  readonly reject: (err: SluiceError) => void;
+}
+
 type Ctrl = { readonly kind: 'join'; readonly topic: TopicState } | { readonly kind: 'leave'; readonly topic: string } | { readonly kind: 'ping' }
-  | Refresh;
+  | Refresh | { readonly kind: 'presence'; readonly ask: Ask };
 
 type Pending =
   | { readonly kind: 'publish'; readonly entry: Entry }
   | ({ readonly kind: 'join' } & JoinRequest)
   | { readonly kind: 'leave' }
   | { readonly kind: 'ping' }
-  | Refresh;
+  | Refresh
+  | { readonly kind: 'presence'; readonly ask: Ask };
 
 export class SluiceClient extends Emitter<ClientEvents> {
   private readonly settings: Settings;
@@ -53,8 +63,10 @@ export class SluiceClient extends Emitter<ClientEvents> {
   private readonly retryTimers = new Set<TimerHandle>();
   private refSeq = 0;
   private readonly pending = new Map<string, Pending>();
-  /** Control frames (join, leave, ping): sent before publishes. */
+  /** Control frames (join, leave, ping, refresh, presence): sent before publishes. */
   private ctrl: Ctrl[] = [];
+  /** fetchPresence() calls not answered yet. */
+  private readonly asks = new Set<Ask>();
   /** Consecutive `unavailable` answers, for the backoff of the resends and rejoins they cause. */
   private unavailableStreak = 0;
 
@@ -73,7 +85,7 @@ export class SluiceClient extends Emitter<ClientEvents> {
       if (this.conn.welcomedNow) this.queue({ kind: 'join', topic: t });
     }, (t) => {
       if (this.conn.welcomedNow) this.queue({ kind: 'leave', topic: t.name });
-    });
+    }, (topic) => this.fetchPresence(topic));
     this.conn = new Connection(this.settings, clock, {
       emit,
       report,
@@ -134,6 +146,27 @@ export class SluiceClient extends Emitter<ClientEvents> {
     return this.subs.add(topic, handler, options);
   }
 
+  /**
+   * Asks the server who is present on `topic` now (a `presence` frame),
+   * whether the client subscribed to it or not: the token must allow
+   * joining it. Resolves with the reply; the presence a subscription keeps
+   * is not changed by it. Waits for the socket like a publish does, and is
+   * asked again on the next socket if this one goes first. Rejects with
+   * `bad_request` (a topic without presence), `forbidden`, or `closed`.
+   */
+  fetchPresence(topic: string): Promise<PresenceState> {
+    const bad = this.conn.state === 'closed' ? new SluiceError('closed', 'the client is closed: connect() first') : topicError(topic);
+    if (bad !== undefined) {
+      this.emit('error', bad);
+      return Promise.reject(bad);
+    }
+    return new Promise((resolve, reject) => {
+      const ask: Ask = { topic, resolve, reject };
+      this.asks.add(ask);
+      if (this.conn.welcomedNow) this.queue({ kind: 'presence', ask });
+    });
+  }
+
   // --- the socket's life, as the connection tells it ----------------------------
 
   private opened(w: WelcomeFrame): void {
@@ -141,6 +174,7 @@ export class SluiceClient extends Emitter<ClientEvents> {
     this.pacer = new Pacer(this.limits.maxMessages, this.limits.rateWindowMs);
     // Joins first, queued before `connected` is emitted so that a listener's own subscribe() is not joined twice.
     for (const t of this.subs.all()) this.ctrl.push({ kind: 'join', topic: t });
+    for (const ask of this.asks) this.ctrl.push({ kind: 'presence', ask });
     this.pump();
     this.emit('connected', { connectionId: w.connectionId, url: this.conn.url, heartbeatMs: w.heartbeatMs, limits: this.limits });
   }
@@ -166,6 +200,8 @@ export class SluiceClient extends Emitter<ClientEvents> {
     this.outbox.failAll(err);
     for (const [ref, p] of this.pending) if (p.kind === 'publish') this.pending.delete(ref);
     this.subs.failAll(err, onlyUnjoined);
+    for (const ask of this.asks) ask.reject(err);
+    this.asks.clear();
   }
 
   // --- inbound ------------------------------------------------------------------
@@ -173,7 +209,15 @@ export class SluiceClient extends Emitter<ClientEvents> {
   private frame(f: ServerFrame, now: number): void {
     switch (f.type) {
       case 'event':
-        this.subs.event(f);
+        // Addressed to the user, not to a topic: no subscription can hold `$user`.
+        if (f.topic === USER_TOPIC) this.emit('user-event', f.data);
+        else this.subs.event(f);
+        return;
+      case 'presence_state':
+        this.subs.presenceState(f);
+        return;
+      case 'presence_diff':
+        this.subs.presenceDiff(f);
         return;
       case 'reply':
       case 'pong':
@@ -201,6 +245,10 @@ export class SluiceClient extends Emitter<ClientEvents> {
     if (p.kind === 'leave' || p.kind === 'ping') return;
     if (p.kind === 'refresh') {
       p.done(f.type === 'reply' ? f : undefined);
+      return;
+    }
+    if (p.kind === 'presence') {
+      this.answered(p.ask, f, now);
       return;
     }
     if (f.type === 'pong' || f.status === 'ok') {
@@ -242,6 +290,33 @@ export class SluiceClient extends Emitter<ClientEvents> {
     }
     this.outbox.requeue(e);
     this.pump();
+  }
+
+  private answered(ask: Ask, f: ReplyFrame | PongFrame, now: number): void {
+    if (!this.asks.has(ask)) return; // already rejected by close()
+    if (f.type === 'reply' && f.status === 'error' && f.reason === 'rate_limited') {
+      // Per socket: every frame waits; asking again is harmless.
+      this.pacer.pauseUntil(now + (f.retryAfterMs ?? this.limits.rateWindowMs));
+      this.queue({ kind: 'presence', ask });
+      return;
+    }
+    this.asks.delete(ask);
+    const { topic } = ask;
+    let err: SluiceError;
+    if (f.type === 'reply' && f.status === 'error') {
+      err = new SluiceError(errorCode(f.reason), `presence of ${topic} refused: ${f.message ?? f.reason}`, { topic });
+    } else {
+      // The reply's data is a presence_state without type and topic: checked by the same decoder.
+      const data: unknown = f.type === 'reply' ? f.data : undefined;
+      const d = decodeServerFrameObject({ ...(typeof data === 'object' && data !== null ? data : {}), type: 'presence_state', topic });
+      if (d.ok && d.frame.type === 'presence_state') {
+        ask.resolve(replaceState(undefined, d.frame).state);
+        return;
+      }
+      err = new SluiceError('internal', `the server's answer to presence of ${topic} is malformed`, { topic });
+    }
+    ask.reject(err);
+    this.emit('error', err);
   }
 
   private retryJoin(t: TopicState, wait: number): void {
@@ -319,6 +394,13 @@ export class SluiceClient extends Emitter<ClientEvents> {
         const ref = this.nextRef('r');
         this.pending.set(ref, c);
         ws.send(`{"type":"refresh","ref":"${ref}","token":${JSON.stringify(c.token)}}`);
+        return true;
+      }
+      case 'presence': {
+        if (!this.asks.has(c.ask)) return false;
+        const ref = this.nextRef('q');
+        this.pending.set(ref, c);
+        ws.send(`{"type":"presence","ref":"${ref}","topic":${JSON.stringify(c.ask.topic)}}`);
         return true;
       }
     }

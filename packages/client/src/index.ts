@@ -6,6 +6,9 @@ export {
   type DisconnectedEvent,
   type EventHandler,
   type JoinResult,
+  type PresenceEvent,
+  type PresenceState,
+  type PresenceUser,
   type PublishOptions,
   type PublishResult,
   type ReconnectingEvent,
@@ -16,6 +19,7 @@ export {
   type SluiceEvent,
   type SubscribeOptions,
   type Subscription,
+  type SubscriptionEvents,
   type TokenRequest,
 } from './types.ts';
 export { SluiceError, type SluiceErrorCode, type SluiceErrorDetails } from './errors.ts';

@@ -3,12 +3,25 @@
  * position, which outlives sockets. Delivers events in id order, settles
  * `ready`, and says which topics to join (again) on a new socket. A topic
  * the server joined the socket to (`subscribed`) gets a record like one of
- * subscribe(), without handlers until subscribe() adds one.
+ * subscribe(), without handlers until subscribe() adds one. Keeps each
+ * topic's presence (presence.ts) and tells it to the topic's subscriptions,
+ * then to the client.
  */
-import { compareEventIdStrings, type EventFrame, parseEventId, TOPIC_PATTERN } from '@sluice/protocol';
-import { callSafely } from './emitter.ts';
+import { compareEventIdStrings, type EventFrame, parseEventId, type PresenceData, type PresenceDiffFrame, type PresenceStateFrame,
+  TOPIC_PATTERN, USER_TOPIC } from '@sluice/protocol';
+import { callSafely, Emitter } from './emitter.ts';
 import { errorCode, SluiceError } from './errors.ts';
-import type { Emit, EventHandler, JoinResult, SluiceEvent, SubscribeOptions, Subscription } from './types.ts';
+import { applyDiff, type PresenceChange, replaceState } from './presence.ts';
+import type { Emit, EventHandler, JoinResult, PresenceEvent, PresenceState, SluiceEvent, SubscribeOptions, Subscription,
+  SubscriptionEvents } from './types.ts';
+
+/** Why `topic` cannot be subscribed to or asked for presence; undefined when it can. */
+export function topicError(topic: unknown): SluiceError | undefined {
+  // `$user` is the wire's name for events addressed to the user: no client topic can be it.
+  if (topic === USER_TOPIC) return new SluiceError('bad_request', "$user is not a topic: events addressed to the user come to client.on('user-event')");
+  if (typeof topic !== 'string' || !TOPIC_PATTERN.test(topic)) return new SluiceError('bad_request', 'topic must match ^[A-Za-z0-9:_.\\-]{1,200}$');
+  return undefined;
+}
 
 export interface TopicState {
   readonly name: string;
@@ -25,6 +38,10 @@ export interface TopicState {
    * refusal's reason), not with an error.
    */
   server: boolean;
+  /** The presence kept: the last `presence_state` with the diffs since applied; kept across a reconnect until the next state. */
+  presence: PresenceData | undefined;
+  /** A `presence_state` came on the current socket: its diffs apply. Before it, a diff is dropped: the state that follows holds it. */
+  presenceSynced: boolean;
 }
 
 /** A join in flight: what its reply settles. */
@@ -34,13 +51,14 @@ export interface JoinRequest {
   readonly rejoin: boolean;
 }
 
-class SubscriptionImpl implements Subscription {
+class SubscriptionImpl extends Emitter<SubscriptionEvents> implements Subscription {
   readonly ready: Promise<JoinResult>;
   private settled = false;
   private resolveReady!: (r: JoinResult) => void;
   private rejectReady!: (e: SluiceError) => void;
 
   constructor(private readonly registry: Subscriptions, readonly state: TopicState, readonly handler: EventHandler) {
+    super();
     this.ready = new Promise<JoinResult>((resolve, reject) => {
       this.resolveReady = resolve;
       this.rejectReady = reject;
@@ -61,6 +79,19 @@ class SubscriptionImpl implements Subscription {
     this.registry.remove(this);
   }
 
+  presence(): PresenceState | undefined {
+    return this.state.presence;
+  }
+
+  fetchPresence(): Promise<PresenceState> {
+    return this.registry.ask(this.state.name);
+  }
+
+  /** The topic's presence changed: this subscription's listeners hear it. */
+  tell(ev: PresenceEvent): void {
+    this.emit('presence', ev);
+  }
+
   settle(result: JoinResult | SluiceError): void {
     if (this.settled) return;
     this.settled = true;
@@ -79,17 +110,21 @@ export class Subscriptions {
     private readonly join: (t: TopicState) => void,
     /** The last handler of a topic whose join is sent or done is gone. */
     private readonly leave: (t: TopicState) => void,
+    /** Asks the server for a topic's presence (`client.fetchPresence`). */
+    readonly ask: (topic: string) => Promise<PresenceState>,
   ) {}
 
   add(topic: string, handler: EventHandler, options: SubscribeOptions): Subscription {
-    if (typeof topic !== 'string' || !TOPIC_PATTERN.test(topic)) throw new SluiceError('bad_request', 'topic must match ^[A-Za-z0-9:_.\\-]{1,200}$');
+    const bad = topicError(topic);
+    if (bad !== undefined) throw bad;
     if (options.since !== undefined && parseEventId(options.since) === undefined) {
       throw new SluiceError('bad_request', 'since must be an event id such as "1732900000000-0"', { topic });
     }
     if (typeof handler !== 'function') throw new TypeError('handler must be a function');
     let state = this.topics.get(topic);
     if (state === undefined) {
-      state = { name: topic, subs: new Set(), lastId: options.since, status: 'pending', everJoined: false, server: false };
+      state = { name: topic, subs: new Set(), lastId: options.since, status: 'pending', everJoined: false, server: false, presence: undefined,
+        presenceSynced: false };
       this.topics.set(topic, state);
       this.join(state);
     }
@@ -104,7 +139,7 @@ export class Subscriptions {
     if (!state.subs.delete(sub)) return;
     sub.settle(new SluiceError('closed', 'unsubscribed before the join completed', { topic: state.name }));
     if (state.subs.size > 0 || this.topics.get(state.name) !== state) return;
-    this.topics.delete(state.name);
+    this.drop(state);
     // A join still queued is skipped when its turn comes; one sent is undone with a leave.
     if (state.status !== 'pending') this.leave(state);
   }
@@ -120,14 +155,22 @@ export class Subscriptions {
 
   /** A new socket: every topic is to be joined again. */
   all(): TopicState[] {
-    const list = [...this.topics.values()];
-    for (const t of list) t.status = 'pending';
-    return list;
+    this.unjoinAll();
+    return [...this.topics.values()];
   }
 
-  /** The socket is gone: no topic is joined on it any more. */
+  /** The socket is gone: no topic is joined on it any more, and its presence waits for the next socket's state. */
   unjoinAll(): void {
-    for (const t of this.topics.values()) t.status = 'pending';
+    for (const t of this.topics.values()) {
+      t.status = 'pending';
+      t.presenceSynced = false;
+    }
+  }
+
+  /** A topic is no longer the client's: its record and its presence go. */
+  private drop(t: TopicState): void {
+    this.topics.delete(t.name);
+    t.presence = undefined;
   }
 
   event(f: EventFrame): void {
@@ -172,7 +215,7 @@ export class Subscriptions {
     if (t.status === 'joined') return false;
     t.status = 'pending';
     if (reason === 'rate_limited' || reason === 'unavailable') return true;
-    this.topics.delete(t.name);
+    this.drop(t);
     const err = new SluiceError(errorCode(reason), `join of ${t.name} refused: ${message ?? reason}`, { topic: t.name });
     for (const sub of t.subs) sub.settle(err);
     // A topic the server had given, joined again with a token that does not allow it: the server's gift has ended, not an error.
@@ -191,7 +234,9 @@ export class Subscriptions {
   subscribed(topic: string): void {
     const t = this.topics.get(topic);
     if (t === undefined) {
-      this.topics.set(topic, { name: topic, subs: new Set(), lastId: undefined, status: 'joined', everJoined: true, server: true });
+      this.topics.set(topic, {
+        name: topic, subs: new Set(), lastId: undefined, status: 'joined', everJoined: true, server: true, presence: undefined, presenceSynced: false,
+      });
       this.emit('subscribed', { topic });
       return;
     }
@@ -211,10 +256,35 @@ export class Subscriptions {
   removed(topic: string, reason: string): void {
     const t = this.topics.get(topic);
     if (t === undefined) return;
-    this.topics.delete(topic);
+    this.drop(t);
     const err = new SluiceError(errorCode(reason), `the server unsubscribed ${topic}: ${reason}`, { topic });
     for (const sub of t.subs) sub.settle(err);
     this.emit('unsubscribed', { topic, reason });
+  }
+
+  /**
+   * A `presence_state`: it replaces the kept state (the one from before a
+   * reconnect too), and who is new or gone is told as joins and leaves.
+   */
+  presenceState(f: PresenceStateFrame): void {
+    const t = this.topics.get(f.topic);
+    if (t === undefined) return; // left, or a leave still under way
+    t.presenceSynced = true;
+    this.tell(t, replaceState(t.presence, f));
+  }
+
+  /** A `presence_diff`, applied to the state of this socket: joins, then leaves. */
+  presenceDiff(f: PresenceDiffFrame): void {
+    const t = this.topics.get(f.topic);
+    if (t === undefined || !t.presenceSynced || t.presence === undefined) return;
+    this.tell(t, applyDiff(t.presence, f));
+  }
+
+  private tell(t: TopicState, c: PresenceChange): void {
+    t.presence = c.state;
+    const ev: PresenceEvent = { topic: t.name, joins: c.joins, leaves: c.leaves, ...c.state };
+    for (const sub of [...t.subs]) sub.tell(ev);
+    this.emit('presence', ev);
   }
 
   /** Rejects `ready` of every subscription, or (`onlyUnjoined`) of those not joined yet. */

@@ -2,7 +2,7 @@
  * The SDK's public types: options, events, subscriptions and publishes.
  * Everything here is re-exported from index.ts unchanged.
  */
-import type { Limits } from '@sluice/protocol';
+import type { Limits, PresenceData, PresenceUser } from '@sluice/protocol';
 import type { SluiceError } from './errors.ts';
 import type { WebSocketConstructor } from './socket.ts';
 
@@ -131,6 +131,14 @@ export interface ClientEvents {
    * `too_many_joins`). It is not joined again.
    */
   unsubscribed: UnsubscribedEvent;
+  /** The presence of a topic changed, or was synced again: see `SubscriptionEvents.presence`. Emitted for every topic, after its subscriptions' listeners. */
+  presence: PresenceEvent;
+  /**
+   * An event the server addressed to this client's user (admin
+   * `POST /v1/publish` with `users`; topic `$user` on the wire): its `data`.
+   * Ephemeral: never stored, never replayed after a reconnect.
+   */
+  'user-event': unknown;
   error: SluiceError;
 }
 
@@ -173,6 +181,49 @@ export interface Subscription {
   /** Settles at the first join's reply: rejects with `forbidden`, `too_many_joins`, or `closed`. */
   readonly ready: Promise<JoinResult>;
   unsubscribe(): void;
+  /**
+   * The topic's presence as the client keeps it: the server's last
+   * `presence_state` with every `presence_diff` since applied. Undefined
+   * until the first `presence_state` (a topic without presence never has
+   * one). While the client reconnects it is the last state it had.
+   */
+  presence(): PresenceState | undefined;
+  /** Asks the server for the topic's presence now: `client.fetchPresence(topic)`. */
+  fetchPresence(): Promise<PresenceState>;
+  /** Adds a listener; returns a function that removes it. Listeners end with unsubscribe(). */
+  on<K extends keyof SubscriptionEvents>(event: K, listener: (payload: SubscriptionEvents[K]) => void): () => void;
+  off<K extends keyof SubscriptionEvents>(event: K, listener: (payload: SubscriptionEvents[K]) => void): void;
+}
+
+export interface SubscriptionEvents {
+  /**
+   * After every `presence_state` (the first one after the join, and the
+   * fresh one after each rejoin) and every `presence_diff` of the topic.
+   */
+  presence: PresenceEvent;
+}
+
+export type { PresenceUser };
+
+/**
+ * A topic's presence: `users` by user id (at most `WS_PRESENCE_MAX_USERS`
+ * of them), `count` (every user present), `truncated` (true when `users`
+ * lists fewer than `count`). A user's `connections` is as of its join or
+ * the last `presence_state`: the server sends no diff when only that
+ * changes. Never changed once handed out: each change is a new state.
+ */
+export type PresenceState = PresenceData;
+
+export interface PresenceEvent extends PresenceState {
+  readonly topic: string;
+  /**
+   * Users now in `users` that were not before: after a diff, those that
+   * joined; after a `presence_state`, those not in the state kept until then
+   * (after a rejoin: who came while the client was away).
+   */
+  readonly joins: Readonly<Record<string, PresenceUser>>;
+  /** Users no longer in `users`, with the entry they had: those that left (after a rejoin: while the client was away). */
+  readonly leaves: Readonly<Record<string, PresenceUser>>;
 }
 
 export interface PublishOptions {

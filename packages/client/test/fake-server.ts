@@ -10,9 +10,16 @@
  * closes from the server's side, for the case it checks. Each socket keeps
  * the topics it is joined to (by a default join answer, or by the server's
  * `subscribe`), so that `publish` reaches the sockets a gateway's would.
+ *
+ * Presence (2026-12) as the gateway's contract says, without its batching:
+ * `presence` holds the users of each presence topic; a join of one is
+ * answered by the reply, then `presence_state`; a `presence` frame by the
+ * same data, or `bad_request` for a topic without presence; `presenceDiff`
+ * changes the users and sends the diff to every socket joined.
  */
 import {
-  type ClientFrame, type CloseReason, decodeClientFrame, encodeCloseReason, encodePong, encodeReplyOk, type Limits, welcomeFrame, welcomePrefix,
+  type ClientFrame, type CloseReason, decodeClientFrame, encodeCloseReason, encodePong, encodeReplyError, encodeReplyOk, type Limits,
+  type PresenceUser, welcomeFrame, welcomePrefix,
 } from '@sluice/protocol';
 import type { Clock, TimerHandle } from '../src/clock.ts';
 import { SluiceClient, type SluiceClientOptions, type WebSocketConstructor, type WebSocketLike } from '../src/index.ts';
@@ -82,6 +89,8 @@ export interface Received {
   readonly frame: ClientFrame;
 }
 
+type Users = Record<string, PresenceUser>;
+
 const LIMITS: Limits = { maxFrameBytes: 131072, hardMaxFrameBytes: 1048576, maxMessages: 20, rateWindowMs: 1000, maxJoins: 50 };
 
 export class FakeServer {
@@ -96,6 +105,10 @@ export class FakeServer {
   onUpgrade: (url: string, protocols: string[]) => Upgrade = () => ({ kind: 'welcome' });
   /** The answer to a client frame: frames to send back, or undefined for the gateway's default answer. */
   onFrame: (frame: ClientFrame, socket: FakeSocket) => string[] | undefined = () => undefined;
+  /** The presence topics and their users (WS_PRESENCE_TOPICS); a test changes them at will. */
+  readonly presence = new Map<string, Users>();
+  /** WS_PRESENCE_MAX_USERS: a state lists at most this many users, the first ones in the record. */
+  presenceMaxUsers = 1000;
   private ids = 0;
   private conns = 0;
 
@@ -183,6 +196,22 @@ export class FakeServer {
     return id;
   }
 
+  /** `presence_state` of `topic` without type and topic, as the gateway lists it: the `data` of a `presence` reply. */
+  presenceData(topic: string): { users: Users; count: number; truncated?: true } {
+    const all = Object.entries(this.presence.get(topic) ?? {});
+    const users = Object.fromEntries(all.slice(0, this.presenceMaxUsers));
+    return all.length > this.presenceMaxUsers ? { users, count: all.length, truncated: true } : { users, count: all.length };
+  }
+
+  /** Users come and go on a presence topic: the users change, and every open socket joined to it gets the diff. */
+  presenceDiff(topic: string, joins: Users, leaves: readonly string[]): void {
+    const users = { ...this.presence.get(topic), ...joins };
+    for (const u of leaves) delete users[u];
+    this.presence.set(topic, users);
+    const frame = JSON.stringify({ type: 'presence_diff', topic, joins, leaves: Object.fromEntries(leaves.map((u) => [u, {}])) });
+    for (const s of this.sockets) if (s.readyState === 1 && s.topics.has(topic)) s.push(frame);
+  }
+
   private defaultAnswer(f: ClientFrame, socket: FakeSocket): string[] {
     switch (f.type) {
       case 'ping':
@@ -191,7 +220,11 @@ export class FakeServer {
         return [encodeReplyOk(f.ref, f.cls === 0 ? JSON.stringify({ id: this.nextId() }) : undefined)];
       case 'join':
         socket.topics.add(f.topic);
-        return [encodeReplyOk(f.ref)];
+        if (!this.presence.has(f.topic)) return [encodeReplyOk(f.ref)];
+        return [encodeReplyOk(f.ref), JSON.stringify({ type: 'presence_state', topic: f.topic, ...this.presenceData(f.topic) })];
+      case 'presence':
+        return this.presence.has(f.topic) ? [encodeReplyOk(f.ref, JSON.stringify(this.presenceData(f.topic)))]
+          : [encodeReplyError(f.ref, 'bad_request', undefined, `${f.topic} has no presence`)];
       case 'leave':
         socket.topics.delete(f.topic);
         return [encodeReplyOk(f.ref)];

@@ -5,8 +5,8 @@
 // lines must be errors). No DOM library and no Node types: the declarations
 // must stand on their own.
 import {
-  afterClose, type ClientState, type ConnectedEvent, DEFAULT_BACKOFF, type Disposition, fullJitter, Pacer, type PublishResult,
-  reconnectDelay, SluiceClient, type SluiceClientOptions, SluiceError, type SluiceErrorCode, type SluiceEvent, type Subscription,
+  afterClose, type ClientState, type ConnectedEvent, DEFAULT_BACKOFF, type Disposition, fullJitter, Pacer, type PresenceEvent,
+  type PresenceState, type PresenceUser, type PublishResult, reconnectDelay, SluiceClient, type SluiceClientOptions, SluiceError, type SluiceErrorCode, type SluiceEvent, type Subscription,
   type WebSocketConstructor, type WebSocketLike,
 } from '@sluice/client';
 import { SluiceClient as BrowserClient } from '@sluice/client/browser';
@@ -55,6 +55,16 @@ export const sub: Subscription = client.subscribe('room:42', (event: SluiceEvent
 }, { since: '1796000000123-0' });
 export const ready: Promise<boolean | undefined> = sub.ready.then((r) => r.recovered);
 
+// Presence (2026-12): the kept state, its events on the subscription and the client, and a fetch.
+export const present: Readonly<Record<string, PresenceUser>> | undefined = sub.presence()?.users;
+export const stopListening: () => void = sub.on('presence', (ev: PresenceEvent) => {
+  seen.push(ev.topic, Object.keys(ev.joins), Object.keys(ev.leaves), ev.users['u1']?.connections, ev.count, ev.truncated);
+});
+client.on('presence', ({ topic, count }) => seen.push(topic, count.toFixed(0)));
+export const fetched: Promise<number> = sub.fetchPresence().then((p: PresenceState) => p.count);
+export const lobby: Promise<boolean> = client.fetchPresence('lobby').then((p) => p.truncated);
+client.on('user-event', (data: unknown) => seen.push(data));
+
 export const acked: Promise<string | undefined> = client.publish('room:42', { text: 'hi' }, { idempotencyKey: 'k-1' })
   .then((r: PublishResult) => (r.duplicate === true ? `dup ${r.id ?? ''}` : r.id));
 export const closed: Promise<void> = client.close();
@@ -69,5 +79,7 @@ export const error: SluiceError = new SluiceError('outbox_full', 'full');
 client.publish(42, {});
 // @ts-expect-error -- no such event
 client.on('no-such-event', () => undefined);
+// @ts-expect-error -- a subscription's only event is presence
+sub.on('connected', () => undefined);
 // @ts-expect-error -- url is required
 export const bad = new SluiceClient({ WebSocket });

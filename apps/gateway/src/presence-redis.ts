@@ -102,6 +102,7 @@ export class PresenceCluster {
       const sharded = new ShardedSubscriptions(this.cmd, nodeOptions(target, `sluice-shard${shard}-presence-subscriber`));
       sharded.onMessage(onMessage);
       sharded.onReady(() => this.reconnected());
+      sharded.onError((err) => this.log.warn({ err }, 'presence: resuming after a reconnect failed; the next reconnect tries again'));
       this.sub = sharded;
     } else {
       const sub = createRedisClient(target, 'subscriber', `shard${shard}-presence`);

@@ -109,6 +109,7 @@ export class RedisBroker implements ShardBroker {
     // streams stored meanwhile.
     if (this.sub instanceof ShardedSubscriptions) {
       this.sub.onReady(() => this.resume());
+      this.sub.onError((err) => this.log.warn({ err }, 'resuming subscriptions after a reconnect failed; the next reconnect tries again'));
       // Subscriptions that failed before the Cluster's slot map was known.
       this.health.onChange((state) => {
         if (state === 'up') this.resume();

@@ -19,9 +19,19 @@ export type RedisState = 'connecting' | 'up' | 'down';
 
 export type RedisStateListener = (state: RedisState, prev: RedisState) => void;
 
+export interface WaitTimers {
+  set(fn: () => void, ms: number): unknown;
+  clear?(handle: unknown): void;
+}
+
+const DEFAULT_TIMERS: WaitTimers = {
+  set: (fn, t) => setTimeout(fn, t).unref(),
+  clear: (h) => clearTimeout(h as NodeJS.Timeout),
+};
+
 export class RedisHealth {
   private current: RedisState = 'connecting';
-  private readonly listeners: RedisStateListener[] = [];
+  private readonly listeners = new Set<RedisStateListener>();
   /** Times the connection was lost after being up. */
   outages = 0;
   /** Whether it has ever been up. */
@@ -44,20 +54,36 @@ export class RedisHealth {
     return this.current === 'up';
   }
 
-  /** Calls `listener` on every change of state from now on. */
-  onChange(listener: RedisStateListener): void {
-    this.listeners.push(listener);
+  /** Calls `listener` on every change of state from now on; the function returned stops that. */
+  onChange(listener: RedisStateListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
   }
 
-  /** Resolves when the state is `up`, or after `ms` (whichever comes first); never rejects. */
-  whenUp(ms: number, timers: { set(fn: () => void, ms: number): unknown } = { set: (fn, t) => setTimeout(fn, t).unref() }): Promise<void> {
+  /**
+   * Resolves when the state is `up`, or after `ms` (whichever comes first);
+   * never rejects. Its listener and timer go when it resolves, so a caller
+   * that waits often (a reconnect, a presence watch) leaves nothing behind.
+   */
+  whenUp(ms: number, timers: WaitTimers = DEFAULT_TIMERS): Promise<void> {
     if (this.up) return Promise.resolve();
     return new Promise((resolve) => {
-      this.onChange((s) => {
-        if (s === 'up') resolve();
+      let handle: unknown;
+      const done = (): void => {
+        off();
+        timers.clear?.(handle);
+        resolve();
+      };
+      const off = this.onChange((s) => {
+        if (s === 'up') done();
       });
-      timers.set(resolve, ms);
+      handle = timers.set(done, ms);
     });
+  }
+
+  /** How many listeners are registered (the tests check that waits leave none). */
+  get listenerCount(): number {
+    return this.listeners.size;
   }
 
   /** Moves to `state`; listeners hear only of changes. A `down` before the first `up` is the failure at start, not an outage. */

@@ -19,6 +19,7 @@ export class ShardedSubscriptions {
   private readonly where = new Map<string, string>();
   private message: (channel: string, payload: string) => void = () => {};
   private ready: () => void = () => {};
+  private failed: (err: unknown) => void = () => {};
 
   private readonly cluster: Cluster;
 
@@ -33,6 +34,11 @@ export class ShardedSubscriptions {
   /** Called when a connection came back (not the first time it connects). */
   onReady(cb: () => void): void {
     this.ready = cb;
+  }
+
+  /** Called with what the `onReady` callback threw. */
+  onError(cb: (err: unknown) => void): void {
+    this.failed = cb;
   }
 
   async subscribe(channel: string): Promise<void> {
@@ -93,7 +99,8 @@ export class ShardedSubscriptions {
       // Back after a drop: its channels first, then the caller's catch-up.
       const mine = [...this.where].filter(([, n]) => n === node).map(([ch]) => ch);
       const again = mine.length === 0 ? Promise.resolve() : conn.ssubscribe(...mine).then(() => undefined);
-      again.then(() => this.ready(), () => this.ready());
+      // The caller's catch-up may throw: that is reported, never an unhandled rejection (which would end the shard).
+      again.then(() => this.ready(), () => this.ready()).catch((err: unknown) => this.failed(err));
     });
     this.conns.set(node, conn);
     return conn;

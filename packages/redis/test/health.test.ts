@@ -45,3 +45,20 @@ test('a client already ready starts up; whenUp resolves at up or after its wait'
   await timedOut;
   assert.equal(never.up, false);
 });
+
+test('waits leave no listener behind, whether Redis came up or the wait ran out', async () => {
+  const h = new RedisHealth();
+  const before = h.listenerCount;
+  const fires: (() => void)[] = [];
+  const cleared: unknown[] = [];
+  const timers = { set: (fn: () => void) => fires.push(fn), clear: (x: unknown) => cleared.push(x) };
+  const waits = Array.from({ length: 100 }, () => h.whenUp(3000, timers));
+  assert.equal(h.listenerCount, before + 100);
+  for (const f of fires.slice(0, 50)) f();
+  await Promise.all(waits.slice(0, 50));
+  assert.equal(h.listenerCount, before + 50, 'timed-out waits took their listener away');
+  h.set('up');
+  await Promise.all(waits);
+  assert.equal(h.listenerCount, before, 'waits that saw up took theirs away');
+  assert.equal(cleared.length, 100, 'and every timer was cleared');
+});

@@ -68,16 +68,16 @@ export class RedisHealth {
   whenUp(ms: number, timers: WaitTimers = DEFAULT_TIMERS): Promise<void> {
     if (this.up) return Promise.resolve();
     return new Promise((resolve) => {
-      let handle: unknown;
+      const wait: { handle?: unknown; off?: () => void } = {};
       const done = (): void => {
-        off();
-        timers.clear?.(handle);
+        wait.off?.();
+        timers.clear?.(wait.handle);
         resolve();
       };
-      const off = this.onChange((s) => {
+      wait.off = this.onChange((s) => {
         if (s === 'up') done();
       });
-      handle = timers.set(done, ms);
+      wait.handle = timers.set(done, ms);
     });
   }
 

@@ -9,6 +9,7 @@ import { createLogger, loadTracing, type Tracer } from '@sluice/telemetry';
 import { PROTOCOL_VERSION } from '@sluice/protocol';
 import { loadJwtKey } from './auth.ts';
 import { Coordinator } from './coordinator.ts';
+import { watchLauncher } from './launcher.ts';
 import { loadUws, NoNativeUwsError, type UwsBuild } from '@sluice/uws';
 
 async function main(): Promise<void> {
@@ -87,6 +88,11 @@ async function main(): Promise<void> {
   // SIGTERM is the deploy: the paced drain. SIGINT (Ctrl-C) drains too; a
   // second SIGINT stops at once.
   process.on('SIGTERM', () => drain('SIGTERM'));
+  // Started by npx, which exits on SIGTERM without passing it on: its exit is the SIGTERM.
+  watchLauncher(process.env, (reason) => {
+    log.info({ reason }, 'the npx that started this gateway is gone: draining as for SIGTERM');
+    drain(reason);
+  });
   let interrupted = false;
   process.on('SIGINT', () => {
     if (interrupted) stop('SIGINT again');

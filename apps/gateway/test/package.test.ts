@@ -60,6 +60,9 @@ describe('@sluice/gateway packed and installed outside the workspace', { timeout
     assert.equal(manifest.bin['sluice'], './dist/main.js');
     assert.ok(files.includes('dist/main.js') && files.includes('dist/shard.js') && files.includes('dist/cork-probe.mjs'), files.join(', '));
     assert.deepEqual(files.filter((f) => f.startsWith('src/') || f.startsWith('test/') || f.endsWith('.ts')), []);
+    // The license travels with the package, the same text as the repository's.
+    assert.ok(files.includes('LICENSE'), 'LICENSE is in the tarball');
+    assert.equal(readFileSync(join(GATEWAY_DIR, 'LICENSE'), 'utf8'), readFileSync(join(REPO, 'LICENSE'), 'utf8'));
     const deps = Object.entries(manifest.dependencies);
     assert.deepEqual(deps.filter(([name, spec]) => name.startsWith('@sluice/') || spec.startsWith('workspace:')), []);
     // Both uWS builds, pinned exactly: 20.30 for Node 20, 20.57 for 22 and 24.
@@ -108,6 +111,24 @@ describe('@sluice/gateway packed and installed outside the workspace', { timeout
       assert.equal((await c.next((f) => f.type === 'event'))['data'], 'from npx');
       assert.equal(await metricValue(gw, 'sluice_connected_sockets'), 1);
       c.close();
+    });
+
+    test('SIGTERM to npx alone (not its group): npx exits without passing it on, and the gateway drains and stops anyway', async () => {
+      const solo = await startGateway({}, { command: ['npx', '--no-install', 'sluice'], cwd: project, detached: true, baseEnv: cleanEnv(),
+        readyFrom: 'log' });
+      try {
+        const pid = solo.logs.find((l) => l['msg'] === 'gateway ready')?.['pid'] as number;
+        assert.ok(pid > 0 && pid !== solo.proc.pid);
+        process.kill(solo.proc.pid!, 'SIGTERM');
+        const deadline = Date.now() + 15_000;
+        while (existsSync(`/proc/${pid}`) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+        assert.equal(existsSync(`/proc/${pid}`), false, 'the gateway process ended');
+        assert.ok(solo.logs.some((l) => l['msg'] === 'the npx that started this gateway is gone: draining as for SIGTERM'));
+        assert.ok(solo.logs.some((l) => l['msg'] === 'drain finished'), 'it drained');
+        assert.ok(solo.logs.some((l) => l['msg'] === 'stopped'), 'it stopped');
+      } finally {
+        if (solo.proc.exitCode === null) await solo.stop('SIGKILL');
+      }
     });
 
     test('SIGTERM to npx\'s process group drains the gateway, which stops', async () => {

@@ -111,6 +111,9 @@ describe('@sluice/client packed and installed outside the workspace', { timeout:
     assert.equal(manifest.sideEffects, false);
     assert.ok(manifest.engines?.node, 'engines.node');
     const files = listFiles(join(unpacked, 'package'));
+    // The license travels with the package, the same text as the repository's.
+    assert.ok(files.includes('LICENSE'), 'LICENSE is in the tarball');
+    assert.equal(readFileSync(join(unpacked, 'package', 'LICENSE'), 'utf8'), readFileSync(join(REPO, 'LICENSE'), 'utf8'));
     const targets = [
       ...exportTargets(manifest.exports).map((t) => ({ ...t, path: `exports ${t.path}` })),
       { path: 'main', target: manifest.main ?? '' },

@@ -189,10 +189,17 @@ function record(v: unknown, each: Check = any): unknown {
   return v;
 }
 
+/**
+ * A welcome's limits, or undefined when they are not all there and well
+ * formed: the socket is still usable, and a client then assumes the defaults
+ * (as for a server that sends none). Refusing the whole welcome would leave
+ * a client unable to connect to a server whose limits it cannot read (one of
+ * another version, say).
+ */
 const limits: Check = (v) => (record(v) !== BAD && LIMIT_FIELDS.every((k) => {
   const n = (v as Fields)[k];
   return typeof n === 'number' && n > 0 && Number.isFinite(n);
-}) ? Object.fromEntries(LIMIT_FIELDS.map((k) => [k, (v as Fields)[k]])) : BAD);
+}) ? Object.fromEntries(LIMIT_FIELDS.map((k) => [k, (v as Fields)[k]])) : undefined);
 const LIMIT_FIELDS = ['maxFrameBytes', 'hardMaxFrameBytes', 'maxMessages', 'rateWindowMs', 'maxJoins'] as const;
 const users: Check = (v) => record(v, (u) => (record(u) === BAD ? BAD : whole(1)((u as Fields).connections)));
 const rejection = { reason: nonEmpty, retryAfterMs: opt(ms), message: opt(str) };

@@ -102,13 +102,24 @@ describe('decodeServerFrame: what is not a server frame is refused with a messag
     }
   });
 
-  test('welcome: bad connectionId, heartbeatMs, limits or expiresAt', () => {
+  test('welcome: bad connectionId, heartbeatMs or expiresAt', () => {
     const w = { type: 'welcome', connectionId: 'c', heartbeatMs: 25000, limits: LIMITS };
     for (const bad of [{ connectionId: undefined }, { connectionId: '' }, { connectionId: 7 }, { heartbeatMs: undefined }, { heartbeatMs: -1 },
-      { heartbeatMs: '25000' }, { limits: null }, { limits: [] }, { limits: { ...LIMITS, maxMessages: 0 } },
-      { limits: { ...LIMITS, maxJoins: undefined } }, { limits: { ...LIMITS, rateWindowMs: '1000' } }, { expiresAt: 'soon' }]) {
+      { heartbeatMs: '25000' }, { expiresAt: 'soon' }]) {
       rejected({ ...w, ...bad });
     }
+  });
+
+  test('welcome with limits it cannot read: the welcome decodes, limits undefined (the client assumes the defaults)', () => {
+    const w = { type: 'welcome', connectionId: 'c', heartbeatMs: 25000 };
+    for (const bad of [null, [], 'x', { ...LIMITS, maxMessages: 0 }, { ...LIMITS, maxJoins: undefined }, { ...LIMITS, rateWindowMs: '1000' },
+      { maxFrameBytes: 1 }]) {
+      const f = ok({ ...w, limits: bad }) as { connectionId: string; limits: unknown };
+      assert.equal(f.connectionId, 'c');
+      assert.equal(f.limits, undefined, JSON.stringify(bad));
+    }
+    // Fields a later version adds are left out, the known ones kept.
+    assert.deepEqual((ok({ ...w, limits: { ...LIMITS, maxPresence: 5 } }) as { limits: unknown }).limits, LIMITS);
   });
 
   test('reply: bad status, ref, reason, retryAfterMs or message', () => {

@@ -151,13 +151,17 @@ export function decodeServerFrameObject(raw: unknown): ServerDecodeResult {
   const key = type === 'reply' ? `reply.${String(f.status)}` : type;
   const schema = typeof key === 'string' && Object.hasOwn(SCHEMAS, key) ? SCHEMAS[key] : undefined;
   if (schema === undefined) return { ok: false, message: type === 'reply' ? 'status must be ok or error' : 'unknown type' };
-  const frame: Fields = { type };
+  // Checked in place: the parsed object is the frame (an event, the frame
+  // that comes most, costs no second object). Only a check that normalizes
+  // a value (a welcome's limits, presence_state's truncated) makes a copy.
+  let frame: Fields | undefined;
   for (const k in schema) {
-    const v = schema[k]!(f[k]);
+    const given = f[k];
+    const v = schema[k]!(given);
     if (v === BAD) return { ok: false, message: `${k} is malformed` };
-    frame[k] = v;
+    if (v !== given) (frame ??= { ...f })[k] = v;
   }
-  return { ok: true, frame: frame as unknown as ServerFrame };
+  return { ok: true, frame: (frame ?? f) as unknown as ServerFrame };
 }
 
 type Fields = Record<string, unknown>;

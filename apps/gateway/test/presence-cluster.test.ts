@@ -7,7 +7,7 @@
 // calls grow with batches, not joins.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { type RedisServer, startRedis } from '@sluice/redis/testing';
+import { type RedisCluster, type RedisServer, startRedis, startRedisCluster } from '@sluice/redis/testing';
 import { Client, eventually, type Gateway, metricValue, startGateway } from './harness.ts';
 import { bearer, SECRET, token } from './tokens.ts';
 
@@ -163,6 +163,45 @@ describe('presence across three nodes on one Redis', () => {
     await until(watcher, seen, (u) => !u.has('gina'), TTL_MS);
     assert.ok(Date.now() - t0 < TTL_MS / 2, 'before any lease could end: the drain said so');
     assert.equal(await c.exited, 0);
+  });
+});
+
+describe('presence and publishes to users on a Redis Cluster (sharded pub/sub)', () => {
+  let cluster: RedisCluster;
+  let a: Gateway;
+  let b: Gateway;
+  before(async () => {
+    cluster = await startRedisCluster();
+    const env = { REDIS_URL: cluster.url, REDIS_CLUSTER: '1', WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET, WS_PRESENCE_TOPICS: 'room:*',
+      WS_PRESENCE_DIFF_MS: String(DIFF_MS), WS_PRESENCE_TTL_MS: String(TTL_MS) };
+    [a, b] = await Promise.all([startGateway(env), startGateway(env)]);
+    await eventually(async () => (await metricValue(a, 'sluice_cluster_nodes')) === 2 && (await metricValue(b, 'sluice_cluster_nodes')) === 2, 10_000);
+  });
+  after(async () => {
+    for (const gw of [a, b]) if (gw.alive) assert.equal(await gw.stop(), 0);
+    await cluster.stop();
+  });
+
+  test('presence over two nodes, on several topics (several slots), and a publish to users reaching both', async () => {
+    const topics = ['room:c1', 'room:c2', 'room:c3', 'room:c4'];
+    const alice = await connectAs(a, 'alice');
+    const bob = await connectAs(b, 'bob');
+    for (const t of topics) await joinPresence(alice, t);
+    for (const t of topics) {
+      // bob's first join on each topic reads node A's entries (they may still be on their way: then a diff brings them).
+      const st = await joinPresence(bob, t);
+      const seen = new Set(Object.keys(st.users));
+      if (!seen.has('alice')) await until(bob, seen, (u) => u.has('alice'), 3000);
+    }
+    for (const t of topics) {
+      await eventually(async () => Object.keys((await presenceOf(a, t)).users).sort().join() === 'alice,bob', 3000);
+    }
+    const res = await a.adminPost('/v1/publish', { users: ['alice', 'bob', 'nobody'], data: 'both' });
+    assert.deepEqual(await res.json(), { online: ['alice', 'bob'] });
+    for (const c of [alice, bob]) assert.equal((await c.next((f) => f.type === 'event' && f.topic === '$user')).data, 'both');
+    bob.close();
+    for (const t of topics) await eventually(async () => Object.keys((await presenceOf(a, t)).users).join() === 'alice', 3000);
+    alice.close();
   });
 });
 

@@ -174,10 +174,10 @@ export class MeshBroker implements ShardBroker {
     else this.peers.get(owner)?.send({ op: 'unsub', topic });
   }
 
-  history(topic: string, since: string): Promise<HistoryRead> {
+  history(topic: string, since: string | undefined, limit?: number): Promise<HistoryRead> {
     const owner = ownerOf(topic, this.shards);
-    if (owner === this.self) return Promise.resolve(this.hub.history(topic, since));
-    return this.request<HistoryRead>(owner, { fail: ownerGone(owner) }, (rid) => ({ op: 'hist', rid, topic, since }));
+    if (owner === this.self) return Promise.resolve(this.hub.history(topic, since, limit));
+    return this.request<HistoryRead>(owner, { fail: ownerGone(owner) }, (rid) => ({ op: 'hist', rid, topic, since, limit }));
   }
 
   onDelivery(handler: (ev: Delivery) => void): void {
@@ -242,7 +242,7 @@ export class MeshBroker implements ShardBroker {
         this.hub.unsubscribe(shard, m.topic);
         return;
       case 'hist':
-        link.send({ op: 'histok', rid: m.rid, read: this.hub.history(m.topic, m.since) });
+        link.send({ op: 'histok', rid: m.rid, read: this.hub.history(m.topic, m.since, m.limit) });
         return;
       default:
         this.fromOwner(link, m);

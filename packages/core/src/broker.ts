@@ -44,10 +44,12 @@ export interface Delivery {
  * - `subscribe` resolves once every event accepted after that point will be
  *   delivered to this shard. Subscriptions are per shard; the shard counts
  *   its own sockets and calls `subscribe`/`unsubscribe` on the first and last.
- * - `history` returns the stored events after `since` (see HistoryRead).
- *   Called after `subscribe` resolved, history and deliveries overlap rather
- *   than leave a gap: a caller that drops deliveries whose id is not above
- *   the last replayed id sees every durable event exactly once.
+ * - `history` returns the stored events after `since`, oldest first, at
+ *   most `limit` of them (the oldest: a reader pages on from the last id);
+ *   without `since`, the newest `limit` (see HistoryRead, also for
+ *   `recovered`). Called after `subscribe` resolved, history and deliveries
+ *   overlap rather than leave a gap: a caller that drops deliveries whose id
+ *   is not above the last replayed id sees every durable event exactly once.
  *
  * Failures, one convention for every implementation: a call that cannot be
  * served because what stands behind the broker (Redis, the topic's owner
@@ -65,7 +67,7 @@ export interface Broker {
   publish(tenant: string, fields: PublishFields): Promise<PublishResult>;
   subscribe(topic: string): Promise<void>;
   unsubscribe(topic: string): void;
-  history(topic: string, since: string): Promise<HistoryRead>;
+  history(topic: string, since: string | undefined, limit?: number): Promise<HistoryRead>;
   onDelivery(handler: (ev: Delivery) => void): void;
 }
 

@@ -13,6 +13,20 @@ export type PublishResult =
   | { readonly ok: true; readonly id: string | undefined; readonly duplicate: boolean }
   | { readonly ok: false; readonly reason: 'unavailable' | 'internal' };
 
+/** An admin history read (`GET /v1/history`), as it travels from the admin API to a shard. */
+export interface HistoryRequest {
+  readonly tenant: string;
+  readonly topic: string;
+  /** An event id; undefined: the newest `limit` events. */
+  readonly since: string | undefined;
+  readonly limit: number;
+}
+
+/** A history read's answer: each event's id and its `data` as JSON text (the admin API splices it in unparsed). */
+export type HistoryResult =
+  | { readonly ok: true; readonly events: readonly { readonly id: string; readonly data: string }[]; readonly recovered: boolean }
+  | { readonly ok: false; readonly reason: 'unavailable' | 'internal'; readonly message: string };
+
 /** One event as it reaches a shard: the frame is encoded once, upstream. */
 export interface Delivery {
   /** The tenant-scoped topic key. */

@@ -1,8 +1,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
-import { type Config, type ControlCommand, describeCommand, type DisconnectTarget, hasControlChar, MAX_SUB_LENGTH, type PublishRequest,
-  type PublishResult } from '@sluice/core';
-import { decodeFrameObject, encodeEventFrame, type PublishFrame, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
+import { type Config, type ControlCommand, describeCommand, type DisconnectTarget, hasControlChar, type HistoryRequest, type HistoryResult,
+  MAX_SUB_LENGTH, type PublishRequest, type PublishResult } from '@sluice/core';
+import { decodeFrameObject, encodeEventFrame, EVENT_ID_PATTERN, type PublishFrame, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
 import { keepsPresence, presencePatterns } from './presence-hub.ts';
 
@@ -18,6 +18,8 @@ export interface AdminDeps {
   ready(): boolean;
   metrics(): Promise<{ text: string; contentType: string }>;
   publish(req: PublishRequest): Promise<PublishResult>;
+  /** Reads a topic's durable history: embedded mode on the shard that owns the topic, cluster mode from Redis. */
+  history(req: HistoryRequest): Promise<HistoryResult>;
   /** Sends a command to every shard of every node. Resolves once it is on its way (cluster mode: Redis took it). */
   control(cmd: ControlCommand): Promise<ControlResult>;
   /** A presence topic's `data` (JSON) now, from its owner; undefined when that is unavailable. */
@@ -34,6 +36,7 @@ export const ADMIN_ROUTES = [
   { method: 'GET', path: '/health/ready', auth: false },
   { method: 'GET', path: '/metrics', auth: false },
   { method: 'POST', path: '/v1/publish', auth: true },
+  { method: 'GET', path: '/v1/history', auth: true },
   { method: 'GET', path: '/v1/presence', auth: true },
   { method: 'POST', path: '/v1/revoke', auth: true },
   { method: 'POST', path: '/v1/disconnect', auth: true },
@@ -57,8 +60,9 @@ class Refused {
 }
 
 /**
- * The admin HTTP server (ADMIN_PORT): health, metrics, server-side publish
- * and control (revoke, disconnect, subscribe, unsubscribe) and the drain.
+ * The admin HTTP server (ADMIN_PORT): health, metrics, server-side publish,
+ * history reads, control (revoke, disconnect, subscribe, unsubscribe) and
+ * the drain.
  * Plain node:http: nothing here is on the hot path.
  *
  * Every route but /health/* and /metrics needs `Authorization: Bearer
@@ -126,6 +130,11 @@ export function createAdminServer(deps: AdminDeps): Server {
       }
       case '/v1/publish':
         return publish(deps, req, await readJson(req, deps.config.hardMaxFrameBytes), res);
+      case '/v1/history': {
+        const result = await deps.history(historyRequest(req.url ?? path));
+        if (!result.ok) throw new Refused(result.reason === 'unavailable' ? 503 : 500, result.reason, result.message);
+        return send(res, 200, historyBody(result.events, result.recovered));
+      }
       case '/v1/revoke':
       case '/v1/disconnect':
       case '/v1/subscribe':
@@ -363,9 +372,63 @@ async function toUsers(deps: AdminDeps, tenant: string, obj: Record<string, unkn
 }
 
 function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  const text = JSON.stringify(body);
+  send(res, status, JSON.stringify(body), headers);
+}
+
+/** Answers `text`, which is JSON already. */
+function send(res: ServerResponse, status: number, text: string, headers: Record<string, string> = {}): void {
   res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
   res.end(text);
+}
+
+const HISTORY_PARAMS = ['tenant', 'topic', 'since', 'limit'];
+/** `limit` of a history read when none is given, and the most it may be (PROTOCOL.md). */
+export const HISTORY_DEFAULT_LIMIT = 100;
+export const HISTORY_MAX_LIMIT = 1000;
+
+/**
+ * A history read's query (`?tenant=&topic=&since=&limit=`) as a request, or
+ * a 400 that names what is wrong. As with the bodies, an unknown parameter
+ * is refused (a typo, `?sinc=`, must not turn into a read of the newest
+ * events), and so is one given twice.
+ */
+export function historyRequest(url: string): HistoryRequest {
+  const q = new URL(url, 'http://admin').searchParams;
+  const seen = new Set<string>();
+  for (const k of q.keys()) {
+    if (!HISTORY_PARAMS.includes(k)) throw bad(`unknown query parameter ${JSON.stringify(k)}; /v1/history takes ${HISTORY_PARAMS.join(', ')}`);
+    if (seen.has(k)) throw bad(`${k} is given twice`);
+    seen.add(k);
+  }
+  const tenant = q.get('tenant') ?? 'default';
+  if (!TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
+  const topic = q.get('topic');
+  if (topic === null) throw bad('topic is missing: name the topic whose history to read');
+  if (!TOPIC_PATTERN.test(topic)) throw bad('topic must match ^[A-Za-z0-9:_.\\-]{1,200}$');
+  const since = q.get('since') ?? undefined;
+  if (since !== undefined && !EVENT_ID_PATTERN.test(since)) {
+    throw bad('since must be an event id such as "1732900000000-0", as an event\'s id gives it');
+  }
+  let limit = HISTORY_DEFAULT_LIMIT;
+  const rawLimit = q.get('limit');
+  if (rawLimit !== null) {
+    limit = /^[0-9]{1,4}$/.test(rawLimit) ? Number(rawLimit) : 0;
+    if (limit < 1 || limit > HISTORY_MAX_LIMIT) {
+      throw bad(`limit must be a whole number from 1 to ${HISTORY_MAX_LIMIT} (at most ${HISTORY_MAX_LIMIT} events per request: read on with since)`);
+    }
+  }
+  return { tenant, topic, since, limit };
+}
+
+/**
+ * `{"events":[{"id","data"},...],"recovered"}` built as text: each event's
+ * data is the JSON it was stored as, spliced in, not parsed and serialized
+ * again (an answer may hold 1000 events of up to WS_MAX_FRAME_BYTES each).
+ * Ids match EVENT_ID_PATTERN, so they need no escaping.
+ */
+function historyBody(events: readonly { readonly id: string; readonly data: string }[], recovered: boolean): string {
+  const parts = events.map((e) => `{"id":"${e.id}","data":${e.data}}`);
+  return `{"events":[${parts.join(',')}],"recovered":${recovered}}`;
 }
 
 /** The body as a JSON object, or the 400 or 413 that says why not. */

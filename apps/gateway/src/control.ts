@@ -1,5 +1,5 @@
 import type { MessagePort } from 'node:worker_threads';
-import type { ControlCommand, PublishRequest, PublishResult, WindowHit, WindowState } from '@sluice/core';
+import type { ControlCommand, HistoryRequest, HistoryResult, PublishRequest, PublishResult, WindowHit, WindowState } from '@sluice/core';
 import type { MetricsJson } from '@sluice/telemetry';
 
 /**
@@ -13,6 +13,8 @@ export type ToShardControl =
   | { readonly op: 'drain'; readonly close: number }
   | { readonly op: 'metrics'; readonly rid: number }
   | { readonly op: 'publish'; readonly rid: number; readonly req: PublishRequest }
+  /** An admin history read (GET /v1/history). */
+  | { readonly op: 'history'; readonly rid: number; readonly req: HistoryRequest }
   /** An admin action (revoke, disconnect, subscribe, unsubscribe) for this shard's sockets. */
   | { readonly op: 'control'; readonly rid: number; readonly cmd: ControlCommand }
   /** A publish to users: send `frame` to this shard's open sockets of `users` of `tenant`. */
@@ -32,6 +34,7 @@ export type FromShardControl =
   | { readonly op: 'listening'; readonly port: number }
   | { readonly op: 'metrics'; readonly rid: number; readonly json: MetricsJson }
   | { readonly op: 'published'; readonly rid: number; readonly res: PublishResult }
+  | { readonly op: 'history'; readonly rid: number; readonly res: HistoryResult }
   /** How many sockets the control command reached here. */
   | { readonly op: 'controlled'; readonly rid: number; readonly sockets: number }
   /** A topic's presence `data` (JSON), or undefined when its owner is unavailable. */

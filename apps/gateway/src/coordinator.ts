@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Piscina } from 'piscina';
 import { actionOf, type Config, type ControlCommand, describeCommand, type DrainPace, MemoryUserSockets, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, PendingRequests, shareBudget,
-  type PublishRequest, type PublishResult, redactedConfig, type RequestTimers, topicKey } from '@sluice/core';
+  type HistoryRequest, type HistoryResult, type PublishRequest, type PublishResult, redactedConfig, type RequestTimers, topicKey } from '@sluice/core';
 import { counterFrom, endSpan, gaugeFrom, type Logger, type MetricsJson, registerProcessMetrics, registerThreadMetrics,
   Registry, SpanKind, startSpan, type Tracer, traceparentOf } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
@@ -49,8 +49,8 @@ class ShardLink {
   listening: ((port: number) => void) | undefined;
   /** The user-socket holders this shard claimed under (embedded mode): dropped when it goes. */
   readonly holders = new Set<string>();
-  /** Asks waiting for this shard's answer (metrics, admin publishes). */
-  readonly requests = new PendingRequests<MetricsJson | PublishResult | number | string | readonly string[] | undefined>(TIMERS);
+  /** Asks waiting for this shard's answer (metrics, admin publishes and history reads, control commands, presence, users). */
+  readonly requests = new PendingRequests<MetricsJson | PublishResult | HistoryResult | number | string | readonly string[] | undefined>(TIMERS);
   constructor(readonly port: MessagePort) {}
   send(m: ToShardControl, transfer: MessagePort[] = []): void {
     this.port.postMessage(m, transfer);
@@ -158,6 +158,7 @@ export class Coordinator {
       ready: () => this.shared.ready(cfg.workers, cfg.maxSockets),
       metrics: () => this.metrics(),
       publish: (req) => this.publish(req),
+      history: (req) => this.history(req),
       control: (cmd) => this.control!.send(cmd),
       toUsers: (tenant, users, frame) => this.control!.toUsers(tenant, users, frame),
       presence: (tenant, topic) => this.presence(topicKey(tenant, topic)),
@@ -354,6 +355,7 @@ export class Coordinator {
         link.requests.answer(m.rid, m.json);
         return;
       case 'published':
+      case 'history':
         link.requests.answer(m.rid, m.res);
         return;
       case 'controlled':
@@ -397,7 +399,8 @@ export class Coordinator {
   }
 
   /** Asks a shard and waits for its answer, or for `fallback` after `ms` or when the shard goes away. */
-  private ask<T extends MetricsJson | PublishResult | number | string | readonly string[] | undefined>(link: ShardLink, make: (rid: number) => ToShardControl, fallback: T,
+  private ask<T extends MetricsJson | PublishResult | HistoryResult | number | string | readonly string[] | undefined>(link: ShardLink,
+    make: (rid: number) => ToShardControl, fallback: T,
     ms: number): Promise<T> {
     return link.requests.request<T>((rid) => link.send(make(rid)), { timeoutMs: ms, fail: { value: fallback } });
   }
@@ -420,6 +423,21 @@ export class Coordinator {
       : await this.ask<PublishResult>(link, (rid) => ({ op: 'publish', rid, req: sent }), { ok: false, reason: 'unavailable' }, 5000);
     endSpan(span, res.ok ? undefined : res.reason);
     return res;
+  }
+
+  /**
+   * An admin history read goes to the shard that owns the topic (embedded
+   * mode: its history is in that shard's memory, and no other can stand in
+   * while it restarts); in cluster mode any shard reads Redis.
+   */
+  private history(req: HistoryRequest): Promise<HistoryResult> {
+    const owner = ownerOf(topicKey(req.tenant, req.topic), this.config.workers);
+    const link = this.links.get(owner) ?? (this.config.redisUrl === undefined ? undefined : this.links.values().next().value);
+    const gone: HistoryResult = { ok: false, reason: 'unavailable', message: this.config.redisUrl === undefined
+      ? `shard ${owner}, which keeps the topic's history, is restarting or did not answer within 5 s; retry later`
+      : 'the shard asked did not answer within 5 s; retry later' };
+    if (link === undefined) return Promise.resolve(gone);
+    return this.ask<HistoryResult>(link, (rid) => ({ op: 'history', rid, req }), gone, 5000);
   }
 
   private metrics(): Promise<{ text: string; contentType: string }> {

@@ -239,10 +239,10 @@ export class MeshBroker implements ShardBroker {
     } else this.peers.get(owner)?.send({ op: 'unsub', topic });
   }
 
-  history(topic: string, since: string): Promise<HistoryRead> {
+  history(topic: string, since: string | undefined, limit?: number): Promise<HistoryRead> {
     const owner = ownerOf(topic, this.shards);
-    if (owner === this.self) return Promise.resolve(this.hub.history(topic, since));
-    return this.request<HistoryRead>(owner, { fail: ownerGone(owner) }, (rid) => ({ op: 'hist', rid, topic, since }));
+    if (owner === this.self) return Promise.resolve(this.hub.history(topic, since, limit));
+    return this.request<HistoryRead>(owner, { fail: ownerGone(owner) }, (rid) => ({ op: 'hist', rid, topic, since, limit }));
   }
 
   onDelivery(handler: (ev: Delivery) => void): void {
@@ -327,7 +327,7 @@ export class MeshBroker implements ShardBroker {
         this.readPresence(m.topic).then((data) => link.send({ op: 'pdata', rid: m.rid, data }), () => link.send({ op: 'pdata', rid: m.rid, data: '' }));
         return;
       case 'hist':
-        link.send({ op: 'histok', rid: m.rid, read: this.hub.history(m.topic, m.since) });
+        link.send({ op: 'histok', rid: m.rid, read: this.hub.history(m.topic, m.since, m.limit) });
         return;
       default:
         this.fromOwner(link, m);

@@ -20,7 +20,8 @@ export type ToOwner =
   | { readonly op: 'pub'; readonly rid: number; readonly tenant: string; readonly req: PublishFields }
   /** A durable publish with an idempotency key, sent to the key's owner. */
   | { readonly op: 'once'; readonly rid: number; readonly tenant: string; readonly req: PublishFields }
-  | { readonly op: 'hist'; readonly rid: number; readonly topic: string; readonly since: string }
+  /** `since` undefined: the newest `limit` events; `limit` undefined: no limit. */
+  | { readonly op: 'hist'; readonly rid: number; readonly topic: string; readonly since: string | undefined; readonly limit: number | undefined }
   /** Presence: this shard's count of a user's sockets on a presence topic (0: none left). */
   | { readonly op: 'pset'; readonly topic: string; readonly user: string; readonly n: number }
   /** Presence: the topic's state now, as the `data` of a presence answer. */
@@ -54,7 +55,7 @@ export function encodePeer(m: PeerMessage): string {
     case 'unsub':
       return `u${US}${m.topic}`;
     case 'hist':
-      return `h${US}${m.rid}${US}${m.topic}${US}${m.since}`;
+      return `h${US}${m.rid}${US}${m.topic}${US}${opt(m.since)}${US}${m.limit ?? ''}`;
     case 'ev':
       return encodeDelivery(m.ev);
     case 'pset':
@@ -101,7 +102,7 @@ export function decodePeer(s: string): PeerMessage {
     case 'u':
       return { op: 'unsub', topic: f[1]! };
     case 'h':
-      return { op: 'hist', rid: Number(f[1]), topic: f[2]!, since: f[3]! };
+      return { op: 'hist', rid: Number(f[1]), topic: f[2]!, since: und(f[3]), limit: f[4] === undefined || f[4] === '' ? undefined : Number(f[4]) };
     case 'e':
       return { op: 'ev', ev: { topic: f[1]!, cls: Number(f[2]) as EventClass, id: und(f[3]), key: und(f[4]), at: Number(f[5]), frame: f[6]! } };
     case 'c':

@@ -223,11 +223,11 @@ export class RedisBroker implements ShardBroker {
     this.awaitingCmd.delete(topic);
   }
 
-  async history(topic: string, since: string): Promise<HistoryRead> {
+  async history(topic: string, since: string | undefined, limit?: number): Promise<HistoryRead> {
     if (!this.up) throw new BrokerUnavailable('redis is unavailable');
     const t0 = performance.now();
     try {
-      return await this.bus.read(topic, since);
+      return await this.bus.read(topic, since, limit);
     } catch (err) {
       this.counts.errors++;
       throw new BrokerUnavailable('the history read from redis failed', { cause: err });

@@ -83,10 +83,10 @@ export class TopicOwner {
     return { ok: true, id, duplicate: false };
   }
 
-  history(topic: string, since: string): HistoryRead {
-    const s = parseEventId(since);
-    if (s === undefined) return { events: [], recovered: false };
-    return this.log.read(topic, s, this.now());
+  history(topic: string, since: string | undefined, limit?: number): HistoryRead {
+    const s = since === undefined ? undefined : parseEventId(since);
+    if (since !== undefined && s === undefined) return { events: [], recovered: false };
+    return this.log.read(topic, s, this.now(), limit);
   }
 
   /** Trims expired history a little at a time. */

@@ -27,6 +27,8 @@ const deps: AdminDeps = {
   },
   metrics: () => Promise.reject(new Error('a shard did not answer')),
   publish: () => (failing ? Promise.reject(new Error('control port closed')) : Promise.resolve({ ok: true, id: '1-0', duplicate: false })),
+  history: () => (failing ? Promise.reject(new Error('control port closed'))
+    : Promise.resolve({ ok: true, events: [{ id: '1-0', data: '{"n":[1,"x"]}' }], recovered: true })),
   control: () => Promise.resolve({ ok: true }),
   presence: () => Promise.resolve(undefined),
   toUsers: () => Promise.resolve({ ok: false, reason: 'unavailable', message: 'redis did not take the event, so no node sent it; retry' }),
@@ -65,11 +67,20 @@ test('metrics that fail to collect answer 500 internal', async () => {
   assert.equal(((await res.json()) as { reason: string }).reason, 'internal');
 });
 
+test('a history read whose dependency rejects answers 500 internal too', async () => {
+  const res = await fetch(`${base}/v1/history?topic=room:1`);
+  assert.equal(res.status, 500);
+  assert.equal(((await res.json()) as { reason: string }).reason, 'internal');
+});
+
 test('once the dependencies work again, so do the routes', async () => {
   failing = false;
   const res = await publish();
   assert.equal(res.status, 200);
   assert.deepEqual(await res.json(), { id: '1-0' });
+  const read = await fetch(`${base}/v1/history?topic=room:1`);
+  assert.equal(read.status, 200);
+  assert.deepEqual(await read.json(), { events: [{ id: '1-0', data: { n: [1, 'x'] } }], recovered: true }, 'data is spliced in as JSON');
   assert.equal((await fetch(`${base}/health/ready`)).status, 200);
 });
 

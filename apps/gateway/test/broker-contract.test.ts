@@ -61,6 +61,12 @@ interface Impl {
   pair(): Promise<[Node, Node]>;
   /** Redis Cluster keeps idempotency records per (tenant, topic): see RedisBus. */
   readonly cluster: boolean;
+  /**
+   * Embedded: the owner's history began with the broker, so a read without
+   * since vouches for nothing until a ttl has passed (recovered false); a
+   * Redis stream has no such start.
+   */
+  readonly startedNow: boolean;
 }
 
 const servers = new Map<string, Promise<RedisServer | RedisCluster>>();
@@ -89,9 +95,9 @@ async function redisPair(mode: 'standalone' | 'cluster'): Promise<[Node, Node]> 
 
 const impls: Impl[] = [
   ...[0, 1].map((owner) => ({ name: `embedded broker, topic owned by shard ${owner}, used from shard 0`, owner,
-    pair: () => Promise.resolve(pair().slice(0, 2) as [Node, Node]), cluster: false })),
-  { name: 'Redis broker, two nodes on standalone Redis', owner: 0, pair: () => redisPair('standalone'), cluster: false },
-  { name: 'Redis broker, two nodes on a 3-master Redis Cluster', owner: 0, pair: () => redisPair('cluster'), cluster: true },
+    pair: () => Promise.resolve(pair().slice(0, 2) as [Node, Node]), cluster: false, startedNow: true })),
+  { name: 'Redis broker, two nodes on standalone Redis', owner: 0, pair: () => redisPair('standalone'), cluster: false, startedNow: false },
+  { name: 'Redis broker, two nodes on a 3-master Redis Cluster', owner: 0, pair: () => redisPair('cluster'), cluster: true, startedNow: false },
 ];
 
 for (const impl of impls) {
@@ -208,6 +214,42 @@ for (const impl of impls) {
       const tail = await a.broker.history(key, ids[5]!);
       assert.equal(tail.recovered, true);
       assert.deepEqual(tail.events.map((e) => e.id), ids.slice(6));
+    });
+
+    test('history with a limit: after since, the oldest first (read on from the last id); without since, the newest', async () => {
+      const [a, b] = await impl.pair();
+      const topic = ownedBy(owner, 'page');
+      const key = topicKey('default', topic);
+      const ids: string[] = [];
+      for (let i = 0; i < 8; i++) {
+        const r = await a.broker.publish('default', durable(topic, i));
+        ids.push(r.ok ? r.id! : '');
+      }
+      // WS_HISTORY_SIZE=5 kept ids[3..7]; ids[2] is the newest trimmed.
+      const first = await b.broker.history(key, ids[2]!, 2);
+      assert.deepEqual([first.events.map((e) => e.id), first.recovered], [ids.slice(3, 5), true]);
+      assert.deepEqual(JSON.parse(first.events[0]!.frame), { type: 'event', topic, id: ids[3], data: 3 });
+      const next = await b.broker.history(key, ids[4]!, 2);
+      assert.deepEqual([next.events.map((e) => e.id), next.recovered], [ids.slice(5, 7), true]);
+      const before = await b.broker.history(key, ids[1]!, 2);
+      assert.deepEqual([before.events.map((e) => e.id), before.recovered], [ids.slice(3, 5), false]);
+
+      const newest = await b.broker.history(key, undefined, 2);
+      assert.deepEqual([newest.events.map((e) => e.id), newest.recovered], [ids.slice(6), false], 'three kept events were left out');
+      const kept = await b.broker.history(key, undefined, 100);
+      assert.deepEqual([kept.events.map((e) => e.id), kept.recovered], [ids.slice(3), false], 'events of the last ttl were trimmed by size');
+
+      const small = ownedBy(owner, 'small');
+      const few: string[] = [];
+      for (let i = 0; i < 3; i++) {
+        const r = await a.broker.publish('default', durable(small, i));
+        few.push(r.ok ? r.id! : '');
+      }
+      const all = await b.broker.history(topicKey('default', small), undefined, 3);
+      assert.deepEqual([all.events.map((e) => e.id), all.recovered], [few, !impl.startedNow]);
+      const cut = await b.broker.history(topicKey('default', small), undefined, 2);
+      assert.deepEqual([cut.events.map((e) => e.id), cut.recovered], [few.slice(1), false]);
+      assert.deepEqual(await b.broker.history(topicKey('default', ownedBy(owner, 'none')), undefined, 10), { events: [], recovered: !impl.startedNow });
     });
   });
 }

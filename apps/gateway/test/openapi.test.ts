@@ -23,7 +23,7 @@ import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import { SignJWT } from 'jose';
 import { MAX_SUB_LENGTH } from '@sluice/core';
 import { MAX_IDEMPOTENCY_KEY_LENGTH, MAX_KEY_LENGTH, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
-import { ADMIN_ROUTES } from '../src/admin.ts';
+import { ADMIN_ROUTES, HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT } from '../src/admin.ts';
 import { Client, type Gateway, startGateway } from './harness.ts';
 
 type Obj = Record<string, unknown>;
@@ -78,6 +78,10 @@ const operation = (id: string): Operation => {
   assert.ok(o, `no operation ${id} in the document`);
   return o;
 };
+/** The query parameters an operation documents. */
+const queryParams = (o: Operation): Obj[] => ((o.op.parameters as Obj[] | undefined) ?? []).filter((p) => p.in === 'query');
+/** `?name=example&...` of `params` (each documents an example). */
+const queryOf = (params: readonly Obj[]): string => `?${new URLSearchParams(params.map((p): [string, string] => [String(p.name), String(p.example)])).toString()}`;
 const needsToken = (o: Operation): boolean => {
   const security = (o.op.security ?? doc.security) as Obj[] | undefined;
   return security !== undefined && security.length > 0 && security.every((s) => Object.keys(s).length > 0);
@@ -285,6 +289,27 @@ function errorCases(): Map<string, ErrorCase[]> {
     add(id, 503, { name: 'Redis down', req: { gw: 'redisDown', path: pathOf(id), body: sub } });
   }
 
+  // history: a GET whose query is what a body is to the others
+  const hist = (name: string, query: string, names?: string, gw: Which = 'none'): ErrorCase =>
+    ({ name, req: { gw, method: 'GET', path: `${pathOf('history')}?${query}` }, ...(names === undefined ? {} : { names }) });
+  add('history', 400,
+    hist('no topic', '', 'topic'),
+    hist('no topic, with a limit', 'limit=5', 'topic'),
+    hist('a topic that breaks the pattern', 'topic=room%2F42', 'topic'),
+    hist('an empty topic', 'topic=', 'topic'),
+    hist('a topic of 201 characters', `topic=${'t'.repeat(201)}`, 'topic'),
+    hist('a tenant that breaks the pattern', 'topic=room:1&tenant=a%2Fb', 'tenant'),
+    hist('an empty tenant', 'topic=room:1&tenant=', 'tenant'),
+    hist('limit=0', 'topic=room:1&limit=0', 'limit'),
+    hist('limit=abc', 'topic=room:1&limit=abc', 'limit'),
+    hist(`limit=${HISTORY_MAX_LIMIT + 1}`, `topic=room:1&limit=${HISTORY_MAX_LIMIT + 1}`, 'limit'),
+    hist('a negative limit', 'topic=room:1&limit=-5', 'limit'),
+    hist('a since that is not an event id', 'topic=room:1&since=yesterday', 'since'),
+    hist('an empty since', 'topic=room:1&since=', 'since'),
+    hist('an unknown parameter', 'topic=room:1&sinc=1-0', 'sinc'),
+    hist('a parameter given twice', 'topic=room:1&limit=1&limit=2', 'limit'));
+  add('history', 503, hist('Redis down', 'topic=room:1', undefined, 'redisDown'), hist('Redis down, with since', 'topic=room:1&since=1-0', undefined, 'redisDown'));
+
   for (const id of CONTROL_OPS) {
     add(id, 413, { name: 'a body above 16384 bytes', req: { gw: 'jwt', path: pathOf(id), body: BIG_CONTROL } });
   }
@@ -292,8 +317,9 @@ function errorCases(): Map<string, ErrorCase[]> {
   // 401 on every operation that needs the token: none, another token, another scheme, the token alone.
   for (const o of operations.filter(needsToken)) {
     const gw: Which = o.id === 'drain' ? 'none' : 'jwt';
-    const body = o.id === 'publish' ? pub : o.id === 'drain' ? undefined : { user: 'u1', ...(o.id.endsWith('subscribe') ? { topic: 'room:1' } : {}) };
-    const base = { gw, method: o.method, path: o.path, body };
+    const body = o.id === 'publish' ? pub : o.id === 'drain' || o.method === 'GET' ? undefined
+      : { user: 'u1', ...(o.id.endsWith('subscribe') ? { topic: 'room:1' } : {}) };
+    const base = { gw, method: o.method, path: `${o.path}${queryOf(queryParams(o).filter((p) => p.required === true))}`, body };
     add(o.id, 401,
       { name: 'no Authorization header', req: { ...base, noToken: true } },
       { name: 'a wrong token', req: { ...base, noToken: true, headers: { authorization: 'Bearer wrong-token' } } },
@@ -375,6 +401,11 @@ describe('the document', () => {
         assert.ok(isObj(obj(r, status).content), `${label} ${status}: no content`);
       }
       assert.equal(needsToken(o), isObj(o.responses['401']), `${label}: a 401 is documented exactly when a token is needed`);
+      if (queryParams(o).length > 0) {
+        assert.equal(o.method, 'GET', `${label}: query parameters on a ${o.method}`);
+        assert.ok(isObj(o.responses['400']), `${label}: query parameters and no 400`);
+        for (const p of queryParams(o)) assert.ok(p.example !== undefined, `${label}: parameter ${String(p.name)} has no example`);
+      }
       if (o.method === 'POST' && o.id !== 'drain') {
         assert.ok(isObj(o.op.requestBody), `${label}: no request body`);
         for (const [type, m] of Object.entries(obj(o.op.requestBody.content, label))) {
@@ -397,6 +428,11 @@ describe('the document', () => {
     assert.equal(prop('PublishRequest', 'traceparent').pattern, TRACEPARENT_PATTERN.source);
     assert.equal(prop('PublishRequest', 'key').maxLength, MAX_KEY_LENGTH);
     assert.equal(prop('PublishRequest', 'idempotencyKey').maxLength, MAX_IDEMPOTENCY_KEY_LENGTH);
+    const param = (name: string): Obj => obj(obj(queryParams(operation('history')).find((p) => p.name === name), `history ${name}`).schema, name);
+    const limit = param('limit');
+    assert.deepEqual([limit.minimum, limit.maximum, limit.default], [1, HISTORY_MAX_LIMIT, HISTORY_DEFAULT_LIMIT]);
+    assert.equal(param('topic').pattern, TOPIC_PATTERN.source);
+    assert.equal(param('tenant').pattern, TOPIC_PATTERN.source);
   });
 
   test('documents every route of ADMIN_ROUTES, and nothing else', () => {
@@ -432,11 +468,16 @@ describe('real gateways answer as documented', { timeout: 180_000 }, () => {
     for (const o of operations) {
       if (o.id === 'drain') continue; // drains the gateway: its own test below
       const content = isObj(o.op.requestBody) ? obj(o.op.requestBody.content, o.id) : undefined;
-      const examples = content === undefined ? { none: { value: undefined } } : obj(obj(content['application/json'], o.id).examples, o.id);
+      // A GET with query parameters: sent with its required ones only, and with every one (their examples).
+      const params = queryParams(o);
+      const examples: Obj = content !== undefined ? obj(obj(content['application/json'], o.id).examples, o.id)
+        : params.length === 0 ? { none: { value: undefined } }
+          : { required: { query: queryOf(params.filter((p) => p.required === true)) }, every: { query: queryOf(params) } };
       for (const [name, e] of Object.entries(examples)) {
+        const { value, query = '' } = obj(e, name);
         // revoke needs WS_AUTH=jwt; the rest is checked on both kinds of gateway.
         for (const gw of o.id === 'revoke' ? ['jwt'] as const : ['none', 'jwt'] as const) {
-          const got = await send({ gw, method: o.method, path: o.path, body: obj(e, name).value });
+          const got = await send({ gw, method: o.method, path: `${o.path}${String(query)}`, body: value });
           assert.ok(got.status < 300, `${o.method} ${o.path} example ${name} on ${gw}: ${got.status} ${got.text}`);
           conforms(o.id, got, `example ${name}`);
           sent++;

@@ -13,6 +13,20 @@ export type PublishResult =
   | { readonly ok: true; readonly id: string | undefined; readonly duplicate: boolean }
   | { readonly ok: false; readonly reason: 'unavailable' | 'internal' };
 
+/** An admin history read (`GET /v1/history`), as it travels from the admin API to a shard. */
+export interface HistoryRequest {
+  readonly tenant: string;
+  readonly topic: string;
+  /** An event id; undefined: the newest `limit` events. */
+  readonly since: string | undefined;
+  readonly limit: number;
+}
+
+/** A history read's answer: each event's id and its `data` as JSON text (the admin API splices it in unparsed). */
+export type HistoryResult =
+  | { readonly ok: true; readonly events: readonly { readonly id: string; readonly data: string }[]; readonly recovered: boolean }
+  | { readonly ok: false; readonly reason: 'unavailable' | 'internal'; readonly message: string };
+
 /** One event as it reaches a shard: the frame is encoded once, upstream. */
 export interface Delivery {
   /** The tenant-scoped topic key. */
@@ -44,10 +58,12 @@ export interface Delivery {
  * - `subscribe` resolves once every event accepted after that point will be
  *   delivered to this shard. Subscriptions are per shard; the shard counts
  *   its own sockets and calls `subscribe`/`unsubscribe` on the first and last.
- * - `history` returns the stored events after `since` (see HistoryRead).
- *   Called after `subscribe` resolved, history and deliveries overlap rather
- *   than leave a gap: a caller that drops deliveries whose id is not above
- *   the last replayed id sees every durable event exactly once.
+ * - `history` returns the stored events after `since`, oldest first, at
+ *   most `limit` of them (the oldest: a reader pages on from the last id);
+ *   without `since`, the newest `limit` (see HistoryRead, also for
+ *   `recovered`). Called after `subscribe` resolved, history and deliveries
+ *   overlap rather than leave a gap: a caller that drops deliveries whose id
+ *   is not above the last replayed id sees every durable event exactly once.
  *
  * Failures, one convention for every implementation: a call that cannot be
  * served because what stands behind the broker (Redis, the topic's owner
@@ -65,7 +81,7 @@ export interface Broker {
   publish(tenant: string, fields: PublishFields): Promise<PublishResult>;
   subscribe(topic: string): Promise<void>;
   unsubscribe(topic: string): void;
-  history(topic: string, since: string): Promise<HistoryRead>;
+  history(topic: string, since: string | undefined, limit?: number): Promise<HistoryRead>;
   onDelivery(handler: (ev: Delivery) => void): void;
 }
 

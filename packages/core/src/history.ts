@@ -7,11 +7,23 @@ export interface StoredEvent {
 }
 
 export interface HistoryRead {
-  /** Every stored event after `since`, oldest first. */
+  /**
+   * Oldest first: every stored event after `since`, or the first `limit`
+   * of them; without `since`, the newest `limit` stored events.
+   */
   readonly events: StoredEvent[];
   /**
-   * True when no event after `since` has been trimmed (by size or age), so
-   * `events` is complete; false when the client must refetch its state.
+   * With `since`: true when no event after `since` has been trimmed (by size
+   * or age), so that `events` and the events after its last one are
+   * complete; false when the client must refetch its state. A `limit` that
+   * cut the answer short does not make it false: the reader goes on from
+   * the last id.
+   *
+   * Without `since`: true when `events` holds every event stored from
+   * `now - ttl` on, the oldest the history vouches for (none trimmed by
+   * size, none lost before the history began, none left out by `limit`):
+   * the same answer as for a `since` just before `now - ttl`, and false as
+   * well when `limit` left some out.
    */
   readonly recovered: boolean;
 }
@@ -141,21 +153,33 @@ export class MemoryHistory {
     return { id, frame };
   }
 
-  read(topic: string, since: EventId, clock: number): HistoryRead {
+  /**
+   * The events after `since`, at most `limit` (the oldest of them); without
+   * `since`, the newest `limit` events. See HistoryRead for `recovered`.
+   */
+  read(topic: string, since: EventId | undefined, clock: number, limit: number = Number.POSITIVE_INFINITY): HistoryRead {
     const now = this.monotonic(clock);
+    // Without since the read vouches from now - ttl on: as a since just before
+    // it. Every event still stored is after it (trimAge below).
+    const from = since ?? { ms: now - this.ttlMs - 1, seq: Number.MAX_SAFE_INTEGER };
     const log = this.topics.get(topic);
     if (log === undefined) {
-      return { events: [], recovered: compareEventIds(since, this.creationFloor(now)) >= 0 };
+      return { events: [], recovered: compareEventIds(from, this.creationFloor(now)) >= 0 };
     }
     this.trimAge(log, now);
+    let start = log.size;
+    while (start > 0 && cmp(log.ms[log.slot(start - 1)]!, log.seq[log.slot(start - 1)]!, from.ms, from.seq) > 0) start--;
+    let end = log.size;
+    const cut = end - start > limit;
+    if (cut && since === undefined) start = end - limit;
+    else if (cut) end = start + limit;
     const events: StoredEvent[] = [];
-    let i = log.size;
-    while (i > 0 && cmp(log.ms[log.slot(i - 1)]!, log.seq[log.slot(i - 1)]!, since.ms, since.seq) > 0) i--;
-    for (; i < log.size; i++) {
+    for (let i = start; i < end; i++) {
       const at = log.slot(i);
       events.push({ id: `${log.ms[at]}-${log.seq[at]}`, frame: log.frames[at]! });
     }
-    return { events, recovered: cmp(since.ms, since.seq, log.floorMs, log.floorSeq) >= 0 };
+    const trimmed = cmp(from.ms, from.seq, log.floorMs, log.floorSeq) < 0;
+    return { events, recovered: !trimmed && !(cut && since === undefined) };
   }
 
   /** The newest id of a topic, if it has one. */

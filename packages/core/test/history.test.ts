@@ -102,6 +102,51 @@ describe('MemoryHistory: examples', () => {
   });
 });
 
+describe('MemoryHistory: limit, and reads without since (the admin history read)', () => {
+  test('with since, a limit answers the oldest events after it, and reading on from the last id gives the rest', () => {
+    const h = new MemoryHistory(10, 60_000);
+    const all = Array.from({ length: 5 }, (_, i) => appendAt(h, 't', T0 + i));
+    const first = h.read('t', since(`${T0 - 1}-0`), T0 + 10, 2);
+    assert.deepEqual(ids(first), all.slice(0, 2));
+    assert.equal(first.recovered, true, 'a limit that cuts the answer short is not a loss');
+    assert.deepEqual(ids(h.read('t', idOf(all[1]!), T0 + 10, 2)), all.slice(2, 4));
+    assert.deepEqual(h.read('t', idOf(all[3]!), T0 + 10, 2), { events: [{ id: all[4]!, frame: frameOf('t', all[4]!) }], recovered: true });
+  });
+
+  test('without since, the newest limit events, oldest first; recovered only when none was left out', () => {
+    const h = new MemoryHistory(10, 60_000);
+    const all = Array.from({ length: 5 }, (_, i) => appendAt(h, 't', T0 + i));
+    const newest = h.read('t', undefined, T0 + 10, 2);
+    assert.deepEqual(ids(newest), all.slice(3));
+    assert.equal(newest.recovered, false, 'three older events in the window were left out');
+    assert.deepEqual(h.read('t', undefined, T0 + 10, 5), { events: all.map((id) => ({ id, frame: frameOf('t', id) })), recovered: true });
+    assert.deepEqual(ids(h.read('t', undefined, T0 + 10)), all, 'no limit: every stored event');
+  });
+
+  test('without since, recovered is false once an event from now - ttl on was trimmed by size, true when only older ones expired', () => {
+    const bySize = new MemoryHistory(2, 60_000);
+    const kept = [0, 1, 2].map((i) => appendAt(bySize, 't', T0 + i)).slice(1);
+    assert.deepEqual(bySize.read('t', undefined, T0 + 3, 100), { events: kept.map((id) => ({ id, frame: frameOf('t', id) })), recovered: false });
+
+    const byAge = new MemoryHistory(10, 1000);
+    appendAt(byAge, 't', T0);
+    const young = appendAt(byAge, 't', T0 + 600);
+    const r = byAge.read('t', undefined, T0 + 1001, 100);
+    assert.deepEqual(ids(r), [young]);
+    assert.equal(r.recovered, true, 'the expired event is older than the window the read vouches for');
+  });
+
+  test('without since, a history younger than ttl vouches for nothing: a shard restarted less than ttl ago may have lost events', () => {
+    const started = T0 + 50_000;
+    const h = new MemoryHistory(10, 60_000, undefined, started);
+    const e = appendAt(h, 't', started + 10);
+    assert.deepEqual(h.read('t', undefined, started + 20, 100), { events: [{ id: e, frame: frameOf('t', e) }], recovered: false });
+    assert.deepEqual(h.read('never', undefined, started + 20, 100), { events: [], recovered: false });
+    assert.equal(h.read('t', undefined, started + 60_000, 100).recovered, true, 'a ttl after the start, nothing older can be asked for');
+    assert.deepEqual(h.read('never', undefined, started + 60_000, 100), { events: [], recovered: true });
+  });
+});
+
 describe('MemoryHistory: sweep', () => {
   // These use tombstoneMs = 0 to pin the forget rule; the tombstone is tested on its own below.
   test('an emptied topic is remembered as a tombstone: a since at its last id still recovers after the events expired', () => {
@@ -183,12 +228,14 @@ describe('MemoryHistory: sweep', () => {
 type Dt = number | { readonly ttlPlus: number };
 type Op =
   | { readonly kind: 'append'; readonly topic: string; readonly dt: Dt }
-  | { readonly kind: 'read'; readonly topic: string; readonly dt: Dt; readonly since: SinceSpec }
+  | { readonly kind: 'read'; readonly topic: string; readonly dt: Dt; readonly since: SinceSpec; readonly limit: number | null }
   | { readonly kind: 'sweep'; readonly dt: Dt; readonly budget: number };
 type SinceSpec =
   | { readonly kind: 'seen'; readonly pick: number; readonly dms: number; readonly dseq: number }
   | { readonly kind: 'ago'; readonly ago: Dt; readonly seq: number }
-  | { readonly kind: 'zero' };
+  | { readonly kind: 'zero' }
+  /** No since: the newest `limit` events. */
+  | { readonly kind: 'none' };
 
 const TOPICS = ['a', 'b', 'c'];
 const ttlPlus = fc.record({ ttlPlus: fc.integer({ min: -2, max: 2 }) });
@@ -198,10 +245,12 @@ const sinceArb: fc.Arbitrary<SinceSpec> = fc.oneof(
   fc.record({ kind: fc.constant('seen' as const), pick: fc.nat(), dms: fc.integer({ min: -1, max: 1 }), dseq: fc.integer({ min: -1, max: 1 }) }),
   fc.record({ kind: fc.constant('ago' as const), ago: fc.oneof(fc.integer({ min: -5, max: 200 }), ttlPlus), seq: fc.integer({ min: 0, max: 2 }) }),
   fc.constant({ kind: 'zero' as const }),
+  fc.constant({ kind: 'none' as const }),
 );
 const opArb = (dt: fc.Arbitrary<Dt>): fc.Arbitrary<Op> => fc.oneof(
   { weight: 4, arbitrary: fc.record({ kind: fc.constant('append' as const), topic: fc.constantFrom(...TOPICS), dt }) },
-  { weight: 3, arbitrary: fc.record({ kind: fc.constant('read' as const), topic: fc.constantFrom(...TOPICS), dt, since: sinceArb }) },
+  { weight: 3, arbitrary: fc.record({ kind: fc.constant('read' as const), topic: fc.constantFrom(...TOPICS), dt, since: sinceArb,
+    limit: fc.option(fc.integer({ min: 1, max: 5 })) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('sweep' as const), dt, budget: fc.integer({ min: 0, max: 4 }) }) },
 );
 
@@ -210,9 +259,11 @@ interface ModelEvent {
   readonly frame: string;
 }
 
-/** A since near an id already handed out (mostly of the topic read), some time ago, or from the start. */
-function sinceFrom(spec: SinceSpec, own: readonly EventId[], seen: readonly EventId[], now: number, ttl: number): EventId {
+/** A since near an id already handed out (mostly of the topic read), some time ago, from the start, or none. */
+function sinceFrom(spec: SinceSpec, own: readonly EventId[], seen: readonly EventId[], now: number, ttl: number): EventId | undefined {
   switch (spec.kind) {
+    case 'none':
+      return undefined;
     case 'zero':
       return { ms: 0, seq: 0 };
     case 'ago':
@@ -255,15 +306,26 @@ describe('MemoryHistory: against the model', () => {
           } else if (op.kind === 'read') {
             const evs = appended.get(op.topic)!;
             const s = sinceFrom(op.since, evs.map((e) => e.id), seen, now, ttl);
+            const limit = op.limit ?? undefined;
             const kept = evs.filter((e, i) => i >= evs.length - maxEvents && e.id.ms >= now - ttl);
-            const expected = kept.filter((e) => compareEventIds(e.id, s) > 0);
-            const noneMissing = evs.filter((e) => compareEventIds(e.id, s) > 0).length === expected.length;
-            const created = createdAt.get(op.topic) ?? now;
-            const r = h.read(op.topic, s, now);
-            assert.deepEqual(r.events, expected.map((e) => ({ id: formatEventId(e.id), frame: e.frame })),
-              `events of ${op.topic} since ${formatEventId(s)} at ${now - T0}`);
-            assert.equal(r.recovered, noneMissing && s.ms >= created - ttl,
-              `recovered of ${op.topic} since ${formatEventId(s)} at +${now - T0} (created +${created - T0}, noneMissing ${noneMissing})`);
+            const r = h.read(op.topic, s, now, limit);
+            const asRead = (list: ModelEvent[]): { id: string; frame: string }[] => list.map((e) => ({ id: formatEventId(e.id), frame: e.frame }));
+            if (s === undefined) {
+              // The newest `limit`; recovered when they are every event appended from now - ttl on.
+              const window = evs.filter((e) => e.id.ms >= now - ttl);
+              assert.deepEqual(r.events, asRead(limit === undefined ? kept : kept.slice(-limit)), `newest ${limit} of ${op.topic} at +${now - T0}`);
+              assert.equal(r.recovered, window.length === kept.length && (limit === undefined || kept.length <= limit),
+                `recovered of ${op.topic} without since, limit ${limit}, at +${now - T0}: ${window.length} in the window, ${kept.length} kept`);
+            } else {
+              const expected = kept.filter((e) => compareEventIds(e.id, s) > 0);
+              const noneMissing = evs.filter((e) => compareEventIds(e.id, s) > 0).length === expected.length;
+              const created = createdAt.get(op.topic) ?? now;
+              assert.deepEqual(r.events, asRead(limit === undefined ? expected : expected.slice(0, limit)),
+                `events of ${op.topic} since ${formatEventId(s)}, limit ${limit}, at ${now - T0}`);
+              // A limit pages: it does not change recovered.
+              assert.equal(r.recovered, noneMissing && s.ms >= created - ttl,
+                `recovered of ${op.topic} since ${formatEventId(s)} at +${now - T0} (created +${created - T0}, noneMissing ${noneMissing})`);
+            }
           } else {
             h.sweep(now, op.budget);
           }
@@ -340,8 +402,11 @@ describe('MemoryHistory: a clock that steps backwards', () => {
         const appended = new Map<string, string[]>(TOPICS.map((t) => [t, []]));
         const seen: EventId[] = [];
         let now = T0;
+        /** The history's own clock: the latest time it was handed. */
+        let highest = 0;
         for (const op of ops) {
           now += resolve(op.dt, ttl);
+          highest = Math.max(highest, now);
           if (op.kind === 'append') {
             const id = appendAt(h, op.topic, now);
             const evs = appended.get(op.topic)!;
@@ -351,13 +416,17 @@ describe('MemoryHistory: a clock that steps backwards', () => {
             seen.push(idOf(id));
           } else if (op.kind === 'read') {
             const s = sinceFrom(op.since, appended.get(op.topic)!.map(idOf), seen, now, ttl);
-            const r = h.read(op.topic, s, now);
-            const after = appended.get(op.topic)!.filter((id) => compareEventIds(idOf(id), s) > 0);
+            const limit = op.limit ?? undefined;
+            const r = h.read(op.topic, s, now, limit);
+            // Without since: what the read vouches for, every event from (its clock - ttl) on.
+            const after = appended.get(op.topic)!.filter((id) => (s === undefined ? idOf(id).ms >= highest - ttl : compareEventIds(idOf(id), s) > 0));
             const got = ids(r);
             for (const id of got) assert.ok(after.includes(id), `replayed ${id}, never appended after since`);
             assert.deepEqual(got, [...got].sort((x, y) => compareEventIds(idOf(x), idOf(y))), 'oldest first');
+            if (limit !== undefined) assert.ok(got.length <= limit, `${got.length} events for a limit of ${limit}`);
             if (r.recovered) {
-              assert.deepEqual(got, after, `recovered=true since ${formatEventId(s)} at ${now - T0}, yet events are missing`);
+              const want = s === undefined || limit === undefined ? after : after.slice(0, limit);
+              assert.deepEqual(got, want, `recovered=true since ${s === undefined ? 'none' : formatEventId(s)} at ${now - T0}, yet events are missing`);
             }
           } else {
             h.sweep(now, op.budget);

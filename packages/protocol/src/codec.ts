@@ -200,6 +200,22 @@ export function encodeEventFrame(e: Omit<EventFields, 'id'>, id: string | undefi
   return s + `,"data":${e.dataJson}}`;
 }
 
+const DATA_FIELD = ',"data":';
+
+/**
+ * The `data` of an event frame made by `encodeEventFrame`, as the JSON text
+ * it was spliced in from (no parse, no re-serialization): what the admin
+ * history read answers. `data` is the frame's last field, and the fields
+ * before it are strings, in which a JSON encoder never leaves a bare `"`:
+ * so the first `,"data":` is the field's, whatever a key holds. Undefined
+ * for a string that is not such a frame.
+ */
+export function eventFrameData(frame: string): string | undefined {
+  if (!frame.startsWith('{"type":"event",') || !frame.endsWith('}')) return undefined;
+  const at = frame.indexOf(DATA_FIELD);
+  return at < 0 ? undefined : frame.slice(at + DATA_FIELD.length, -1);
+}
+
 /** The `welcome` frame without its connection id: build once, then `welcomeFrame(prefix, id)`. */
 export function welcomePrefix(heartbeatMs: number, limits: Limits): string {
   const l = `{"maxFrameBytes":${limits.maxFrameBytes},"hardMaxFrameBytes":${limits.hardMaxFrameBytes},` +

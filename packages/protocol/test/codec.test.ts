@@ -1,7 +1,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import fc from 'fast-check';
 import {
-  decodeClientFrame, encodeError, encodeEvent, encodePong, encodeRejection, encodeReplyError, encodeReplyOk,
+  decodeClientFrame, encodeError, encodeEvent, encodeEventFrame, encodePong, eventFrameData, encodeRejection, encodeReplyError, encodeReplyOk,
   peekRef, PEEK_REF_BYTES, welcomeFrame, welcomePrefix,
 } from '../src/codec.ts';
 import type { DecodeResult } from '../src/codec.ts';
@@ -433,6 +434,32 @@ describe('encoders produce valid JSON with the documented fields', () => {
     }
     // The prefix is built once and shared: each frame carries its own id.
     assert.notEqual(welcomeFrame(prefix, 'a'), welcomeFrame(prefix, 'b'));
+  });
+});
+
+describe('eventFrameData', () => {
+  test('gives back the data JSON as spliced in, for any data, key, id and traceparent', () => {
+    fc.assert(fc.property(
+      fc.jsonValue(), fc.option(fc.string()), fc.option(fc.constant('1732900000123-7')), fc.option(fc.constant(TRACEPARENT)),
+      (data, key, id, traceparent) => {
+        const dataJson = JSON.stringify(data);
+        const frame = encodeEventFrame({ topic: 'room:42', key: key ?? undefined, dataJson, traceparent: traceparent ?? undefined }, id ?? undefined);
+        assert.equal(eventFrameData(frame), dataJson);
+      },
+    ));
+  });
+
+  test('a key that holds the text of a data field does not fool it', () => {
+    for (const key of [',"data":1}', '","data":"x', '\\",\\"data\\":', '"}', 'data']) {
+      const frame = encodeEventFrame({ topic: 't', key, dataJson: '{"n":1}', traceparent: undefined }, undefined);
+      assert.equal(eventFrameData(frame), '{"n":1}', key);
+    }
+  });
+
+  test('undefined for what is not an event frame', () => {
+    for (const s of ['', '{}', '{"type":"reply","status":"ok","data":1}', '{"type":"event","topic":"t"}', '{"type":"event","topic":"t","data":1']) {
+      assert.equal(eventFrameData(s), undefined, s);
+    }
   });
 });
 

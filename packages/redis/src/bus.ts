@@ -104,9 +104,22 @@ local f = redis.call('GET', floor) or '0-0'
 return {1, f, redis.call('XRANGE', stream, '(' .. ARGV[1], '+', 'COUNT', ARGV[4])}
 `;
 
+// The newest events, for a read without since. KEYS: stream, floor. ARGV:
+// ttlMs, keepMs, count. Returns {0} when the topic has no stream, else
+// {1, floor, events newest first, minid}.
+const LATEST_LUA = `${TRIM_AGE}
+local stream, floor = KEYS[1], KEYS[2]
+if redis.call('EXISTS', stream) == 0 then return {0} end
+local m = minid(tonumber(ARGV[1]))
+trimAge(stream, floor, m, tonumber(ARGV[2]))
+local f = redis.call('GET', floor) or '0-0'
+return {1, f, redis.call('XREVRANGE', stream, '+', '-', 'COUNT', ARGV[3]), m}
+`;
+
 interface ScriptedClient {
   sluicePublish(stream: string, floor: string, idem: string, ...argv: (string | number)[]): Promise<[string, number]>;
   sluiceRead(stream: string, floor: string, ...argv: (string | number)[]): Promise<unknown[]>;
+  sluiceLatest(stream: string, floor: string, ...argv: (string | number)[]): Promise<unknown[]>;
 }
 
 /** Where subscriptions go: a standalone subscriber connection, or per-master connections with Cluster. */
@@ -130,6 +143,7 @@ export class RedisBus {
     this.keepMs = opts.historyTtlMs + Math.max(opts.historyTtlMs, 3_600_000);
     cmd.defineCommand('sluicePublish', { numberOfKeys: 3, lua: PUBLISH_LUA });
     cmd.defineCommand('sluiceRead', { numberOfKeys: 2, lua: READ_LUA });
+    cmd.defineCommand('sluiceLatest', { numberOfKeys: 2, lua: LATEST_LUA });
     const onMessage = (channel: string, payload: string): void => {
       const m = decodeMessage(channel, payload);
       if (m !== undefined) this.handler(m);
@@ -203,14 +217,20 @@ export class RedisBus {
     else await this.sub.subscribe(...channels);
   }
 
-  /** The stored events after `since`, and whether nothing after it was trimmed. */
-  async read(topic: string, since: string): Promise<HistoryRead> {
+  /**
+   * The stored events after `since` (at most `limit`, the oldest), and
+   * whether nothing after it was trimmed; without `since`, the newest
+   * `limit`. HistoryRead says what `recovered` means in each case.
+   */
+  async read(topic: string, since: string | undefined, limit?: number): Promise<HistoryRead> {
+    // The stream never holds more than WS_HISTORY_SIZE events.
+    const count = Math.max(1, Math.min(this.opts.historySize, limit ?? this.opts.historySize));
+    if (since === undefined) return this.latest(topic, count);
     const s = parseEventId(since);
     if (s === undefined) return { events: [], recovered: false };
     const k = topicRedisKeys(topic);
     this.commands++;
-    const r = await (this.cmd as unknown as ScriptedClient).sluiceRead(k.stream, k.floor, since, this.opts.historyTtlMs, this.keepMs,
-      Math.max(1, this.opts.historySize));
+    const r = await (this.cmd as unknown as ScriptedClient).sluiceRead(k.stream, k.floor, since, this.opts.historyTtlMs, this.keepMs, count);
     if (r[0] === 0) {
       // No stream: it never existed or expired with its tombstone. As in
       // memory, only ids from (now - ttl) on are vouched for.
@@ -222,6 +242,24 @@ export class RedisBus {
       events.push({ id, frame: frameOf(id, fields) });
     }
     return { events, recovered: compareEventIds(s, floor) >= 0 };
+  }
+
+  /** The newest `limit` events, oldest first; recovered when they are all the stream holds and nothing from now - ttl on was trimmed. */
+  private async latest(topic: string, limit: number): Promise<HistoryRead> {
+    const k = topicRedisKeys(topic);
+    this.commands++;
+    // One more than asked for: whether the limit left any out.
+    const r = await (this.cmd as unknown as ScriptedClient).sluiceLatest(k.stream, k.floor, this.opts.historyTtlMs, this.keepMs, limit + 1);
+    // No stream: as in memory, ids from now - ttl on are vouched for, and none was stored.
+    if (r[0] === 0) return { events: [], recovered: true };
+    const floor = parseEventId(r[1] as string) ?? { ms: 0, seq: 0 };
+    const newest = r[2] as [string, string[]][];
+    const events: StoredEvent[] = [];
+    for (let i = Math.min(limit, newest.length) - 1; i >= 0; i--) {
+      const [id, fields] = newest[i]!;
+      events.push({ id, frame: frameOf(id, fields) });
+    }
+    return { events, recovered: newest.length <= limit && compareEventIds(floorOf(r[3] as string), floor) >= 0 };
   }
 }
 

@@ -10,9 +10,10 @@
  * parts: admission (upgrades), session (frames and commands), topics,
  * recovery, fan-out (with the slow lane), replies, drain, metrics, tracing.
  */
-import { effectiveSlowBufferBytes, PendingRequests, retryHint, Revocations, type UserSocketStore, type WindowState } from '@sluice/core';
+import { BrokerUnavailable, effectiveSlowBufferBytes, type HistoryRequest, PendingRequests, retryHint, Revocations, topicKey, type UserSocketStore,
+  type WindowState } from '@sluice/core';
 import { RedisUserSockets } from '@sluice/redis';
-import { PROTOCOL_VERSION } from '@sluice/protocol';
+import { eventFrameData, PROTOCOL_VERSION } from '@sluice/protocol';
 import { loadTracing, registerThreadMetrics } from '@sluice/telemetry';
 import { loadUws, type us_listen_socket, useUpgradeCork, type Uws } from '@sluice/uws';
 import { Verifier } from '../auth.ts';
@@ -280,6 +281,9 @@ class Shard {
         });
         return;
       }
+      case 'history':
+        this.history(m.rid, m.req);
+        return;
       case 'control': {
         let sockets = 0;
         try {
@@ -318,6 +322,32 @@ class Shard {
         this.userClaims.answer(m.rid, m.fits);
         return;
     }
+  }
+
+  /**
+   * An admin history read, sent here because this shard owns the topic
+   * (embedded mode) or because any shard reads Redis (cluster mode). The
+   * answer carries each event's data as the JSON text stored in its frame.
+   */
+  private history(rid: number, req: HistoryRequest): void {
+    this.broker.history(topicKey(req.tenant, req.topic), req.since, req.limit).then((read) => {
+      const events: { id: string; data: string }[] = [];
+      for (const e of read.events) {
+        const data = eventFrameData(e.frame);
+        if (data === undefined) throw new Error(`stored event ${e.id} is not an event frame`);
+        events.push({ id: e.id, data });
+      }
+      this.tell({ op: 'history', rid, res: { ok: true, events, recovered: read.recovered } });
+    }).catch((err: unknown) => {
+      if (err instanceof BrokerUnavailable) {
+        const message = `the history cannot be read now (${err.message}); retry later`;
+        this.tell({ op: 'history', rid, res: { ok: false, reason: 'unavailable', message } });
+        return;
+      }
+      this.ctx.log.error({ err, tenant: req.tenant, topic: req.topic }, 'admin history read failed');
+      const message = 'the history read failed inside the gateway; see its log';
+      this.tell({ op: 'history', rid, res: { ok: false, reason: 'internal', message } });
+    });
   }
 
   private tell(m: FromShardControl): void {

@@ -227,6 +227,8 @@ export class PresenceCluster {
   }
 
   async readAll(key: string): Promise<Map<string, number>> {
+    // Unreachable: the answer would be this node's alone, silently.
+    if (!this.cmdHealth.up) throw new Error('redis is unreachable');
     const nodes = [...this.live].filter((n) => n !== this.nodeId);
     const users = new Map<string, number>();
     if (nodes.length === 0) return users;

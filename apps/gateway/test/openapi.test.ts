@@ -154,6 +154,8 @@ function conforms(id: string, got: Answer, what = ''): void {
 // ---- gateways and requests ----
 
 const ADMIN_TOKEN = 'openapi-test-token';
+/** The examples' topics (room:42) keep presence on every gateway of this test. */
+const PRESENCE = { WS_PRESENCE_TOPICS: 'room:*' };
 const SECRET = 'openapi-test-secret-of-at-least-32-characters';
 const AUTH = { authorization: `Bearer ${ADMIN_TOKEN}` };
 const enc = new TextEncoder();
@@ -253,7 +255,31 @@ function errorCases(): Map<string, ErrorCase[]> {
     field('publish', 'none', 'an all-zero trace id', { ...pub, traceparent: `00-${'0'.repeat(32)}-b7ad6b7169203331-01` }, 'traceparent'));
   add('publish', 413, { name: `a body above WS_HARD_MAX_FRAME_BYTES (1048576)`,
     req: { gw: 'none', path: pathOf('publish'), body: { topic: 'room:1', data: 'x'.repeat(1024 * 1024) } } });
-  add('publish', 503, { name: 'a durable publish with Redis down', req: { gw: 'redisDown', path: pathOf('publish'), body: pub } });
+  const toUsers = { users: ['u1', 'u2'], data: 1 };
+  add('publish', 400,
+    field('publish', 'none', 'an empty users list', { ...toUsers, users: [] }, 'users'),
+    field('publish', 'none', '1001 users', { ...toUsers, users: Array.from({ length: 1001 }, (_, i) => `u${i}`) }, 'users'),
+    field('publish', 'none', 'a user id that is not a string', { ...toUsers, users: ['u1', 7] }, 'users[1]'),
+    field('publish', 'none', 'a user given twice', { ...toUsers, users: ['u1', 'u1'] }, 'users[1]'),
+    field('publish', 'none', 'users and a topic', { ...toUsers, topic: 'room:1' }, 'users'),
+    field('publish', 'none', 'users with a key', { ...toUsers, key: 'k' }, 'key'),
+    field('publish', 'none', 'users with an idempotencyKey', { ...toUsers, idempotencyKey: 'i1' }, 'idempotencyKey'),
+    field('publish', 'none', 'users with ephemeral false', { ...toUsers, ephemeral: false }, 'ephemeral'));
+  add('publish', 503, { name: 'a durable publish with Redis down', req: { gw: 'redisDown', path: pathOf('publish'), body: pub } },
+    { name: 'a publish to users with Redis down', req: { gw: 'redisDown', path: pathOf('publish'), body: toUsers } });
+
+  // presence: a GET like history
+  const pres = (name: string, query: string, names?: string, gw: Which = 'none'): ErrorCase =>
+    ({ name, req: { gw, method: 'GET', path: `${pathOf('presence')}?${query}` }, ...(names === undefined ? {} : { names }) });
+  add('presence', 400,
+    pres('no topic', '', 'topic'),
+    pres('a topic that breaks the pattern', 'topic=room%2F42', 'topic'),
+    pres('an empty topic', 'topic=', 'topic'),
+    pres('a topic without presence', 'topic=plain:1', 'presence'),
+    pres('a tenant that breaks the pattern', 'topic=room:1&tenant=a%2Fb', 'tenant'),
+    pres('an unknown parameter', 'topic=room:1&since=1-0', 'since'),
+    pres('a parameter given twice', 'topic=room:1&topic=room:2', 'topic'));
+  add('presence', 503, pres('Redis down', 'topic=room:1', undefined, 'redisDown'));
 
   // revoke (needs WS_AUTH=jwt; with WS_AUTH=none every revoke is a 400)
   const rev = { user: 'u1' };
@@ -452,9 +478,9 @@ describe('the document', () => {
 describe('real gateways answer as documented', { timeout: 180_000 }, () => {
   before(async () => {
     const [none, jwt, redisDown] = await Promise.all([
-      startGateway({ ADMIN_TOKEN }),
-      startGateway({ ADMIN_TOKEN, WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET }),
-      startGateway({ ADMIN_TOKEN, WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET, REDIS_URL: 'redis://127.0.0.1:1' }, { timeoutMs: 30_000 }),
+      startGateway({ ADMIN_TOKEN, ...PRESENCE }),
+      startGateway({ ADMIN_TOKEN, WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET, ...PRESENCE }),
+      startGateway({ ADMIN_TOKEN, WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET, REDIS_URL: 'redis://127.0.0.1:1', ...PRESENCE }, { timeoutMs: 30_000 }),
     ]);
     gws = { none, jwt, redisDown };
   });

@@ -22,7 +22,7 @@ export type ToShardControl =
   /** GET /v1/presence: the topic's presence, from its owner (this shard, or through the mesh). */
   | { readonly op: 'presence'; readonly rid: number; readonly key: string }
   /** Cluster mode: the nodes alive changed (their leases); `gone` ended theirs. */
-  | { readonly op: 'nodes'; readonly live: readonly string[]; readonly gone: readonly string[] }
+  | { readonly op: 'nodes'; readonly live: readonly string[]; readonly gone: readonly string[]; readonly joined: readonly string[] }
   /** A (re)started peer shard: talk to it on this port from now on. */
   | { readonly op: 'peer'; readonly shard: number; readonly port: MessagePort }
   /** The node's memory window store answered a shard's settle. */

@@ -140,9 +140,9 @@ export class Coordinator {
     if (cfg.redisUrl !== undefined) {
       this.redis = new RedisWatch(cfg, this.shared, this.log);
       this.redis.registerMetrics(this.registry, this.shared);
-      this.nodes = new NodeRegistry(this.redis.client, this.nodeId, cfg.presenceTtlMs, this.log, (live, gone) => {
+      this.nodes = new NodeRegistry(this.redis.client, this.nodeId, cfg.presenceTtlMs, this.log, (live, gone, joined) => {
         if (gone.length > 0) this.log.info({ gone, live: live.size }, 'nodes gone: their leases ended');
-        for (const link of this.links.values()) link.send({ op: 'nodes', live: [...live], gone });
+        for (const link of this.links.values()) link.send({ op: 'nodes', live: [...live], gone, joined });
       });
       this.nodes.start();
     }

@@ -142,7 +142,7 @@ export class PresenceHub {
     const t = this.topics.get(key);
     if (t === undefined) return;
     t.subscribers.delete(shard);
-    if (t.subscribers.size === 0 && t.loaded) this.cluster?.unwatch(key);
+    if (t.subscribers.size === 0) this.unwatch(key, t);
     this.forgetIfIdle(key, t);
   }
 
@@ -151,7 +151,7 @@ export class PresenceHub {
     this.drop(`s${shard}`);
     for (const [key, t] of this.topics) {
       if (!t.subscribers.delete(shard)) continue;
-      if (t.subscribers.size === 0 && t.loaded) this.cluster?.unwatch(key);
+      if (t.subscribers.size === 0) this.unwatch(key, t);
       this.forgetIfIdle(key, t);
     }
   }
@@ -207,6 +207,13 @@ export class PresenceHub {
       this.flushesSent++;
       this.sink.flush(shard, key, false, f);
     }
+  }
+
+  /** No subscriber left: the other nodes' entries are no longer followed, and a later subscriber reads them again. */
+  private unwatch(key: string, t: HubTopic): void {
+    if (this.cluster === null || !t.loaded) return;
+    this.cluster.unwatch(key);
+    t.loaded = false;
   }
 
   private forgetIfIdle(key: string, t: HubTopic): void {

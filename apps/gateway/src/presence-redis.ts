@@ -130,13 +130,26 @@ export class PresenceCluster {
     this.cmd.disconnect();
   }
 
-  /** The nodes alive changed: the gone ones stop counting (their seqs are forgotten). */
-  nodes(live: readonly string[], gone: readonly string[]): void {
+  /**
+   * The nodes alive changed: the gone ones stop counting (their seqs are
+   * forgotten); the new ones (a node that started, or one whose lease had
+   * ended and that renews again) are read on every watched topic, so a node
+   * dropped for a slow renewal comes back without waiting for its next write.
+   */
+  nodes(live: readonly string[], gone: readonly string[], joined: readonly string[]): void {
     this.live = new Set(live);
     for (const node of gone) {
       if (node === this.nodeId) continue;
       this.hub.drop(`n:${node}`);
       for (const r of this.watched.values()) r.seqs.delete(node);
+    }
+    const others = joined.filter((n) => n !== this.nodeId);
+    if (others.length === 0) return;
+    for (const [key, remote] of this.watched) {
+      if (remote.buffered !== null) continue; // Its first read is on its way and reads the live nodes.
+      this.read(key, remote, others).catch(() => {
+        this.calls.errors++;
+      });
     }
   }
 

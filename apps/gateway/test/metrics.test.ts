@@ -83,8 +83,9 @@ describe('histograms and per-thread gauges (embedded, two shards)', () => {
     for (const s of samples) {
       if (!s.name.startsWith('sluice_') || s.name === 'sluice_build_info') continue;
       for (const [k, v] of Object.entries(s.labels)) {
-        assert.ok(['class', 'le', 'thread', 'reason', 'outcome', 'store', 'level', 'op', 'action'].includes(k), `label ${k}=${v} in ${s.name}`);
+        assert.ok(['class', 'le', 'thread', 'reason', 'outcome', 'store', 'level', 'op', 'action', 'state'].includes(k), `label ${k}=${v} in ${s.name}`);
         if (k === 'action') assert.ok(['revoke', 'disconnect', 'subscribe', 'unsubscribe'].includes(v), `action=${v} in ${s.name}`);
+        if (k === 'state') assert.ok(['online', 'offline'].includes(v), `state=${v} in ${s.name}`);
       }
     }
   });

@@ -83,6 +83,22 @@ describe('presence across three nodes on one Redis', () => {
     for (const gw of [a, b]) assert.deepEqual(Object.keys((await presenceOf(gw, 'room:x')).users).sort(), ['alice', 'bob']);
   });
 
+  test('a node whose last socket left a topic and that joins it again reads the other nodes again', async () => {
+    const ursula = await connect(a, 'ursula');
+    await joinPresence(ursula, 'room:u');
+    await eventually(async () => Object.keys((await presenceOf(b, 'room:u')).users).join() === 'ursula', 3000);
+    const first = await connectAs(b, 'brief');
+    assert.deepEqual(Object.keys((await joinPresence(first, 'room:u')).users).sort(), ['brief', 'ursula']);
+    // B's last socket on room:u goes (B stops following the topic) and another joins at once, within one flush.
+    first.close();
+    // Its leave reached A: B's table had it, so B's shard had already let go of the topic.
+    await eventually(async () => Object.keys((await presenceOf(a, 'room:u')).users).join() === 'ursula', 3000);
+    const again = await connect(b, 'brief');
+    await joinPresence(again, 'room:u');
+    await new Promise((r) => setTimeout(r, DIFF_MS * 4));
+    assert.deepEqual(Object.keys((await presenceOf(b, 'room:u')).users).sort(), ['brief', 'ursula'], 'B follows A\'s users again');
+  });
+
   test('a node without sockets on the topic answers GET /v1/presence from Redis', async () => {
     const c = await startGateway(env);
     try {

@@ -306,7 +306,7 @@ class Shard {
         return;
       }
       case 'nodes':
-        this.presenceCluster?.nodes(m.live, m.gone);
+        this.presenceCluster?.nodes(m.live, m.gone, m.joined);
         return;
       case 'presence':
         this.backplane.mesh.presenceRead(m.key).then((data) => this.tell({ op: 'presenceData', rid: m.rid, data }),

@@ -18,11 +18,13 @@ import { runMetrics, S10_DEFAULT } from './scenarios/metrics.ts';
 import { runRefresh, S11_DEFAULT } from './scenarios/refresh.ts';
 import { runRevoke, S12_DEFAULT } from './scenarios/revoke.ts';
 import { runLimits, S13_DEFAULT } from './scenarios/limits.ts';
+import { runPresence, S14_DEFAULT, S14_QUICK } from './scenarios/presence.ts';
 import type { RunOptions, Sample, ScenarioId } from './scenarios/common.ts';
 import { GATES, type Gate } from './report/gates.ts';
 import type { Row } from './report/summary.ts';
 import {
-  rateTable, renderDrainSvg, renderStormSvg, s10Table, s11Table, s12Table, s13Table, s4Table, s5Table, s6Table, s7Table, s8Table, s9Table,
+  rateTable, renderDrainSvg, renderPresenceSvg, renderStormSvg, s10Table, s11Table, s12Table, s13Table, s14Table, s4Table, s5Table, s6Table, s7Table,
+  s8Table, s9Table,
 } from './report/render.ts';
 
 /** The parsed command-line values (strings as given; flags as booleans). */
@@ -263,6 +265,30 @@ export const SCENARIOS: readonly Scenario[] = [
       sizes: typeof ctx.v['sizes'] === 'string' ? ctx.v['sizes'].split(',').map((x) => int({ sizes: x }, 'sizes')!) : S13_DEFAULT.sizes,
     } : { ...S13_DEFAULT }, runLimits),
     views: [{ id: 'S13', title: 'S13 S1 with limits and revocations configured (WS_AUTH=jwt both arms)', table: s13Table }],
+  },
+  {
+    command: 's14',
+    usage: 'presence at scale (issue 18\'s "S11"): two nodes on one private redis-server, WS_AUTH=jwt, --sockets (20000) users from --procs (4)\n' +
+      '             processes (half on each node) join a plain topic, then one presence topic, at --rate (1000)/s; three churn phases of 10% of them;\n' +
+      '             new sockets\' presence_state on A, B and a third node; SIGKILL of node B (WS_PRESENCE_TTL_MS --ttl-ms, 30000); then Socket.IO\n' +
+      '             with @socket.io/redis-adapter on two nodes: the same room joins, fetchSockets() (--no-sio: without); --quick: 2000 sockets,\n' +
+      '             short phases, a 4 s TTL; writes results-s14.svg; default 1 repeat, about 4 min (also part of all, once)',
+    defaultTargets: ['sluice'],
+    targets: sluiceOnly,
+    repeats: (n, alone) => (alone ? n ?? 1 : 1),
+    run: async (ctx) => {
+      const base = ctx.alone && ctx.v['quick'] === true ? S14_QUICK : S14_DEFAULT;
+      const cfg = ctx.alone ? {
+        ...base, ...given(ctx.v, { sockets: 'sockets', procs: 'procs', concurrency: 'concurrency', joinRate: 'rate', ttlMs: 'ttl-ms' }),
+        sio: ctx.v['no-sio'] !== true,
+      } : { ...S14_DEFAULT };
+      if (cfg.procs < 2) throw new Error('--procs wants 2 or more: one generator process per node at least');
+      if (cfg.ttlMs < 1000) throw new Error('--ttl-ms wants 1000 or more (WS_PRESENCE_TTL_MS)');
+      const got = await measure(ctx, 'S14', cfg, runPresence);
+      svg(ctx, 'results-s14.svg', got.some((x) => x.scenario === 'S14' && (x.timeline?.length ?? 0) > 0) ? renderPresenceSvg(got) : undefined);
+      return got;
+    },
+    views: [{ id: 'S14', title: 'S14 presence at scale (issue 18\'s "S11"): users over two nodes on one Redis, and Socket.IO fetchSockets()', table: s14Table }],
   },
 ];
 

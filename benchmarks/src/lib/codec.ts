@@ -93,6 +93,7 @@ export const Kind = {
   Ping: 5, // Engine.IO ping, must be answered with "3"
   Open: 6, // Engine.IO open packet
   Error: 7,
+  Presence: 8, // presence_state, presence_diff (S14)
 } as const;
 export type Kind = (typeof Kind)[keyof typeof Kind];
 
@@ -160,7 +161,7 @@ const REF_KEY = Buffer.from('"ref":"');
 const T_KEY = Buffer.from('{"t":');
 const SIO_EVENT = Buffer.from('["event"');
 
-const C_0 = 48, C_2 = 50, C_3 = 51, C_4 = 52, C_r = 114, C_e = 101, C_v = 118, C_w = 119;
+const C_0 = 48, C_2 = 50, C_3 = 51, C_4 = 52, C_r = 114, C_e = 101, C_v = 118, C_w = 119, C_p = 112;
 
 /** Classifies a server text frame by its first bytes (and, for replies, the status field). */
 export function classify(proto: Proto, buf: Buffer, s: number, e: number): Kind {
@@ -170,6 +171,7 @@ export function classify(proto: Proto, buf: Buffer, s: number, e: number): Kind 
       if (c === C_r) return indexWithin(buf, STATUS_OK, s, e) === -1 ? Kind.ReplyErr : Kind.ReplyOk;
       if (c === C_e) return buf[s + 10] === C_v ? Kind.Event : Kind.Error;
       if (c === C_w) return Kind.Welcome;
+      if (c === C_p && buf[s + 10] === C_r) return Kind.Presence;
       return Kind.Other;
     }
     return classifySlow(buf.toString('utf8', s, e));
@@ -197,6 +199,7 @@ function classifySlow(text: string): Kind {
     case 'event': return Kind.Event;
     case 'welcome': return Kind.Welcome;
     case 'error': return Kind.Error;
+    case 'presence_state': case 'presence_diff': return Kind.Presence;
     default: return Kind.Other;
   }
 }
@@ -221,4 +224,15 @@ export function eventT(buf: Buffer, pos: number, e: number): number {
 export function eventS(buf: Buffer, pos: number, e: number): number {
   const sp = pos + T_WIDTH + 5;
   return readDigits(buf, sp, Math.min(e, sp + S_WIDTH));
+}
+
+/** The first character of a Sluice reply's ref (S14 tells joins `j`, leaves `l` and presence asks `q` apart); '' when it has none. */
+export function replyRefChar(buf: Buffer, s: number, e: number): string {
+  const i = indexWithin(buf, REF_KEY, s, e);
+  return i === -1 || i + REF_KEY.length >= e ? '' : String.fromCharCode(buf[i + REF_KEY.length]!);
+}
+
+/** A Sluice `leave` frame (ref `l`). */
+export function leaveFrame(topic: string): Buffer {
+  return encodeClientFrame(`{"type":"leave","ref":"l","topic":${JSON.stringify(topic)}}`).bytes;
 }

@@ -63,6 +63,21 @@ export class RawConn {
   /** The token of the next `refresh` (signed ahead), and when that refresh was sent (0: none awaiting its reply). */
   refreshToken = '';
   refreshSentAt = 0;
+  /**
+   * S14 presence: where the socket stands on the presence topic (0 not joined,
+   * 1 join sent, 2 joined, 3 leave sent), when its last join or leave went out
+   * (or its reply came, us), the member count it would show (-1: no state
+   * yet), whether diffs are still searched for its own user (1: its state
+   * listed it ahead of the replica), when its count last moved and when its
+   * last diff came.
+   */
+  pState = 0;
+  pSentAt = 0;
+  pAt = 0;
+  pCount = -1;
+  pSelfCheck = 0;
+  pChangedAt = 0;
+  pLastDiffAt = 0;
 
   constructor(
     readonly id: number,

@@ -4,15 +4,17 @@
 
 import { RawConn, teardownDeferred, type ConnHandlers, type Target } from '../lib/conn.ts';
 import {
-  Kind, S_BASE, S_WIDTH, T_BASE, T_WIDTH, encodeClientFrame, eventDataPos, eventS, eventT, joinFrame, patchDigits, publishTemplate, replyRef,
-  type PublishTemplate,
+  Kind, S_BASE, S_WIDTH, T_BASE, T_WIDTH, bytesAt, encodeClientFrame, eventDataPos, eventS, eventT, indexWithin, joinFrame, leaveFrame, patchDigits,
+  publishTemplate, replyRef, replyRefChar, type PublishTemplate,
 } from '../lib/codec.ts';
+import { DiffCache, PresenceView, listedUsers, presenceKind, stateCount } from './presence.ts';
 import { monoUs, stampNow } from '../lib/clock.ts';
 import { tokenFor } from '../lib/jwt.ts';
 import { encodeHistogram, newHistogram, type Histogram } from '../lib/hist.ts';
 import { openFileLimit } from '../lib/proc.ts';
 import type {
-  ChildEvent, ClosesResult, ConnectResult, Envelope, JoinResult, MarkResult, RefreshResult, Request, Response, StopResult, UnstallResult,
+  ChildEvent, ClosesResult, ConnectResult, Envelope, JoinResult, MarkResult, PacedResult, PresenceCheck, PresenceStats, ProbeResult, RefreshResult,
+  Request, Response, StopResult, UnstallResult,
 } from './messages.ts';
 
 const LIFETIME_MS = Number(process.env['LOADGEN_LIFETIME_MS'] ?? 15 * 60_000);
@@ -22,7 +24,28 @@ setTimeout(() => {
 }, LIFETIME_MS).unref();
 process.on('disconnect', () => process.exit(0));
 
-type Phase = 'idle' | 'connect' | 'join' | 'pump' | 'track' | 'publish' | 'stopping' | 'stalled' | 'watch' | 'refresh';
+type Phase = 'idle' | 'connect' | 'join' | 'pump' | 'track' | 'publish' | 'stopping' | 'stalled' | 'watch' | 'refresh' | 'presence';
+
+/** RawConn.pState: where a socket stands on the presence topic (S14). */
+const P_OUT = 0, P_JOINING = 1, P_JOINED = 2, P_LEAVING = 3;
+const TRUNCATED = Buffer.from('"truncated":true');
+const USERS_KEY = Buffer.from('"users":{');
+
+interface PresenceWatch {
+  readonly prefix: string;
+  readonly cache: DiffCache;
+  readonly stats: PresenceStats;
+  joinHist: Histogram;
+  stateHist: Histogram;
+  gapHist: Histogram;
+  observer: RawConn | null;
+  readonly view: PresenceView;
+  events: Array<{ atUs: number; size: number }>;
+}
+
+function emptyPaced(): PacedResult {
+  return { joinsSent: 0, joinsOk: 0, joinErrors: 0, leavesSent: 0, leavesOk: 0, leaveErrors: 0, leavesSkipped: 0, unanswered: 0, errorSamples: [], elapsedMs: 0 };
+}
 
 const RING = 1 << 14;
 const RING_MASK = RING - 1;
@@ -101,6 +124,7 @@ class Generator implements ConnHandlers {
       this.startNext?.();
       return;
     }
+    if (this.pw !== null) this.presenceClosed(c, why);
     if (this.phase === 'idle') return; // our own reset
     if (this.phase === 'watch') this.recordClose(why);
     this.closedAfterReady++;
@@ -115,7 +139,14 @@ class Generator implements ConnHandlers {
   }
 
   frame(c: RawConn, kind: Kind, buf: Buffer, s: number, e: number, now: number): void {
+    if (kind === Kind.Presence) {
+      if (this.pw !== null) this.onPresence(this.pw, c, buf, s, e, now);
+      return;
+    }
     switch (this.phase) {
+      case 'presence':
+        if (kind === Kind.ReplyOk || kind === Kind.ReplyErr) this.onPacedReply(c, kind === Kind.ReplyOk, buf, s, e, now);
+        return;
       case 'pump':
       case 'stopping':
       case 'publish':
@@ -531,6 +562,332 @@ class Generator implements ConnHandlers {
     });
   }
 
+  // ---- presence (S14) ----
+
+  private pw: PresenceWatch | null = null;
+  private paced: PacedResult = emptyPaced();
+  /** Joins and leaves sent and not answered yet. */
+  private pAwaiting = 0;
+  private pacedCheck: (() => void) | null = null;
+
+  presenceWatch(prefix: string): void {
+    this.pw = {
+      prefix, cache: new DiffCache(), joinHist: newHistogram(), stateHist: newHistogram(), gapHist: newHistogram(), observer: null,
+      view: new PresenceView(), events: [],
+      stats: {
+        stateFrames: 0, stateBytes: 0, diffFrames: 0, diffBytes: 0, diffJoins: 0, diffLeaves: 0, distinctDiffs: 0, joinsSent: 0, leavesSent: 0,
+        joined: 0, closed: 0, closeReasons: {}, observerSize: -1, observerExact: false,
+      },
+    };
+  }
+
+  private onPresence(pw: PresenceWatch, c: RawConn, buf: Buffer, s: number, e: number, now: number): void {
+    const kind = presenceKind(buf, s, e);
+    const st = pw.stats;
+    if (kind === 'state') {
+      st.stateFrames++;
+      st.stateBytes += e - s;
+      if (c.pState === P_JOINED && c.pCount === -1 && c.pSentAt > 0) pw.stateHist.recordValue(Math.max(1, now - c.pSentAt));
+      c.pCount = stateCount(buf, s, e);
+      // The socket's own user listed first: the shard added it, its replica does not hold it yet (see presence.ts).
+      const u = indexWithin(buf, USERS_KEY, s, e);
+      c.pSelfCheck = u !== -1 && bytesAt(buf, u + USERS_KEY.length, Buffer.from(`"${pw.prefix}${c.id}":`)) ? 1 : 0;
+      c.pChangedAt = now;
+      if (c === pw.observer) pw.view.state(buf.toString('utf8', s, e));
+      return;
+    }
+    if (kind !== 'diff') return;
+    st.diffFrames++;
+    st.diffBytes += e - s;
+    const d = pw.cache.entries(buf, s, e);
+    st.diffJoins += d.joins;
+    st.diffLeaves += d.leaves;
+    if (c.pState !== P_JOINED) return; // in flight across its leave
+    if (c.pLastDiffAt > 0) pw.gapHist.recordValue(Math.max(1, now - c.pLastDiffAt));
+    c.pLastDiffAt = now;
+    if (c.pCount >= 0) {
+      let net = d.joins - d.leaves;
+      // The state counted the socket's own user from outside the replica; the flush that brings it must not count it again.
+      if (c.pSelfCheck > 0 && d.joins > 0 && indexWithin(buf, Buffer.from(`"${pw.prefix}${c.id}":{"connections"`), s, e) !== -1) {
+        net--;
+        c.pSelfCheck = 0;
+      }
+      if (net !== 0) {
+        c.pCount += net;
+        c.pChangedAt = now;
+      }
+    }
+    if (c === pw.observer) {
+      const before = pw.view.users.size;
+      pw.view.diff(buf.toString('utf8', s, e));
+      if (pw.view.users.size !== before) pw.events.push({ atUs: now, size: pw.view.users.size });
+    }
+  }
+
+  private presenceClosed(c: RawConn, why: string): void {
+    const st = this.pw!.stats;
+    st.closed++;
+    st.closeReasons[why] = (st.closeReasons[why] ?? 0) + 1;
+    if (c.pState === P_JOINING || c.pState === P_LEAVING) {
+      this.pAwaiting--;
+      this.paced.unanswered++;
+    }
+    c.pState = P_OUT;
+    this.pacedCheck?.();
+  }
+
+  private onPacedReply(c: RawConn, ok: boolean, buf: Buffer, s: number, e: number, now: number): void {
+    const r = c.target.proto === 'sio' ? 'j' : replyRefChar(buf, s, e);
+    const p = this.paced;
+    if (!ok && p.errorSamples.length < 5) p.errorSamples.push(buf.toString('utf8', s, Math.min(e, s + 200)));
+    if (r === 'j' && c.pState === P_JOINING) {
+      this.pAwaiting--;
+      if (ok) {
+        p.joinsOk++;
+        this.pw?.joinHist.recordValue(Math.max(1, now - c.pSentAt));
+        c.pState = P_JOINED;
+        c.pAt = now;
+        c.pLastDiffAt = 0;
+      } else {
+        p.joinErrors++;
+        c.pState = P_OUT;
+      }
+    } else if (r === 'l' && c.pState === P_LEAVING) {
+      this.pAwaiting--;
+      if (ok) {
+        p.leavesOk++;
+        c.pState = P_OUT;
+        c.pAt = now;
+      } else {
+        p.leaveErrors++;
+        c.pState = P_JOINED;
+      }
+    } else {
+      return;
+    }
+    this.pacedCheck?.();
+  }
+
+  private sendJoin(c: RawConn, frame: Buffer): void {
+    c.pState = P_JOINING;
+    c.pSentAt = monoUs();
+    c.pCount = -1;
+    c.pSelfCheck = 0;
+    c.pLastDiffAt = 0;
+    c.send(frame);
+    this.paced.joinsSent++;
+    if (this.pw !== null) this.pw.stats.joinsSent++;
+    this.pAwaiting++;
+  }
+
+  private sendLeave(c: RawConn, frame: Buffer): void {
+    c.pState = P_LEAVING;
+    c.pSentAt = monoUs();
+    c.pCount = -1;
+    c.pLastDiffAt = 0;
+    c.send(frame);
+    this.paced.leavesSent++;
+    if (this.pw !== null) this.pw.stats.leavesSent++;
+    this.pAwaiting++;
+  }
+
+  /** Runs `tick` every 5 ms until it calls `done` (or the time is up): the paced loops of paceJoin and churn. */
+  private pacedLoop(timeoutMs: number, tick: (done: () => void) => void): Promise<PacedResult> {
+    this.phase = 'presence';
+    this.paced = emptyPaced();
+    this.pAwaiting = 0;
+    const t0 = performance.now();
+    return new Promise<PacedResult>((resolve) => {
+      let finished = false;
+      const done = (): void => {
+        if (finished) return;
+        finished = true;
+        clearInterval(timer);
+        clearTimeout(limit);
+        this.pacedCheck = null;
+        this.phase = 'idle';
+        for (const c of this.conns) {
+          if (c.pState === P_JOINING || c.pState === P_LEAVING) {
+            this.paced.unanswered++;
+            // An answer that comes later is not waited for; the socket counts as joined if it was joining.
+            c.pState = c.pState === P_JOINING ? P_JOINED : P_OUT;
+          }
+        }
+        this.paced.elapsedMs = Math.round(performance.now() - t0);
+        resolve(this.paced);
+      };
+      const timer = setInterval(() => tick(done), 5);
+      const limit = setTimeout(done, timeoutMs);
+      this.pacedCheck = () => tick(done);
+      tick(done);
+    });
+  }
+
+  /** Every ready socket not joined yet joins, `perSecond` a second; the first of them is the observer when there is none yet. */
+  async paceJoin(req: Extract<Request, { op: 'paceJoin' }>): Promise<PacedResult> {
+    const todo = this.conns.filter((c) => c.state === 'ready' && c.pState === P_OUT);
+    if (req.presence && this.pw !== null && this.pw.observer === null && todo.length > 0) this.pw.observer = todo[0]!;
+    const frame = todo.length > 0 ? joinFrame(todo[0]!.target.proto, req.topic) : Buffer.alloc(0);
+    const t0 = performance.now();
+    let next = 0;
+    const got = await this.pacedLoop(req.timeoutMs, (done) => {
+      const due = Math.min(todo.length, Math.floor(((performance.now() - t0) * req.perSecond) / 1000) + 1);
+      while (next < due) {
+        const c = todo[next++]!;
+        if (c.state === 'ready') this.sendJoin(c, frame);
+      }
+      if (next >= todo.length && this.pAwaiting === 0) done();
+    });
+    if (!req.presence) for (const c of todo) c.pState = P_OUT;
+    return got;
+  }
+
+  /** The churn loop: leaves at `perSecond` over the last `count` joined sockets, each back `holdMs` after its leave was answered. */
+  churn(req: Extract<Request, { op: 'churn' }>): Promise<PacedResult> {
+    const observer = this.pw?.observer ?? null;
+    const churners = this.conns.filter((c) => c.state === 'ready' && c.pState === P_JOINED && c !== observer).slice(-req.count);
+    const join = joinFrame('sluice', req.topic);
+    const leave = leaveFrame(req.topic);
+    const out: RawConn[] = [];
+    const holdUs = req.holdMs * 1000;
+    const t0 = performance.now();
+    let rr = 0;
+    let leaves = 0;
+    return this.pacedLoop(req.timeoutMs, (done) => {
+      const el = performance.now() - t0;
+      const ending = el >= req.durationMs;
+      if (!ending && churners.length > 0) {
+        const due = Math.floor((el * req.perSecond) / 1000) + 1;
+        for (; leaves < due; leaves++) {
+          let picked: RawConn | undefined;
+          for (let k = 0; k < churners.length && picked === undefined; k++) {
+            const c = churners[rr++ % churners.length]!;
+            if (c.state === 'ready' && c.pState === P_JOINED) picked = c;
+          }
+          if (picked === undefined) { this.paced.leavesSkipped++; continue; }
+          this.sendLeave(picked, leave);
+          out.push(picked);
+        }
+      }
+      const now = monoUs();
+      while (out.length > 0) {
+        const c = out[0]!;
+        if (c.state !== 'ready' || c.pState === P_JOINED) { out.shift(); continue; } // closed, or its leave was refused
+        if (c.pState !== P_OUT) break; // its leave not answered yet
+        if (!ending && now - c.pAt < holdUs) break;
+        out.shift();
+        this.sendJoin(c, join);
+      }
+      if (ending && out.length === 0 && this.pAwaiting === 0) done();
+    });
+  }
+
+  presenceStats(): PresenceStats {
+    const pw = this.pw;
+    if (pw === null) throw new Error('presenceWatch first');
+    let joined = 0;
+    for (const c of this.conns) if (c.state === 'ready' && c.pState === P_JOINED) joined++;
+    return {
+      ...pw.stats, closeReasons: { ...pw.stats.closeReasons }, joined, distinctDiffs: pw.cache.misses,
+      observerSize: pw.observer === null ? -1 : pw.view.users.size, observerExact: pw.view.exact,
+    };
+  }
+
+  presenceCheck(expected: number, take: boolean): PresenceCheck {
+    const pw = this.pw;
+    if (pw === null) throw new Error('presenceWatch first');
+    let checked = 0;
+    let wrong = 0;
+    let noState = 0;
+    const wrongSamples: number[] = [];
+    const offBy: Record<string, number> = {};
+    const changed: number[] = [];
+    for (const c of this.conns) {
+      if (c.state !== 'ready' || c.pState !== P_JOINED) continue;
+      checked++;
+      if (c.pCount < 0) { noState++; continue; }
+      changed.push(c.pChangedAt);
+      if (c.pCount !== expected) {
+        wrong++;
+        const k = String(c.pCount - expected);
+        offBy[k] = (offBy[k] ?? 0) + 1;
+        if (wrongSamples.length < 5) wrongSamples.push(c.pCount);
+      }
+    }
+    changed.sort((a, b) => a - b);
+    const out: PresenceCheck = {
+      checked, wrong, wrongSamples, offBy, noState,
+      lastChangeMaxUs: changed.length > 0 ? changed[changed.length - 1]! : -1,
+      lastChangeP50Us: changed.length > 0 ? changed[Math.floor((changed.length - 1) / 2)]! : -1,
+      joinHist: take ? encodeHistogram(pw.joinHist) : '', stateHist: take ? encodeHistogram(pw.stateHist) : '', gapHist: take ? encodeHistogram(pw.gapHist) : '',
+      observer: take ? pw.events : [], observerSize: pw.observer === null ? -1 : pw.view.users.size, observerExact: pw.view.exact,
+    };
+    if (take) {
+      pw.joinHist = newHistogram();
+      pw.stateHist = newHistogram();
+      pw.gapHist = newHistogram();
+      pw.events = [];
+    }
+    return out;
+  }
+
+  /** One new socket: connect, join, its presence_state, one `presence` ask, close. */
+  probe(req: Extract<Request, { op: 'probe' }>): Promise<ProbeResult> {
+    const token = tokenFor(req.auth, req.id, 0, Math.floor(Date.now() / 1000));
+    const res: ProbeResult = {
+      connectMs: NaN, replyMs: NaN, stateMs: NaN, stateBytes: NaN, count: NaN, listed: NaN, truncated: false, queryMs: NaN, queryBytes: NaN, queryCount: NaN,
+    };
+    const t0 = monoUs();
+    let joinAt = 0;
+    let queryAt = 0;
+    return new Promise<ProbeResult>((resolve) => {
+      let finished = false;
+      let conn: RawConn | null = null;
+      const finish = (error?: string): void => {
+        if (finished) return;
+        finished = true;
+        clearTimeout(timer);
+        if (error !== undefined) res.error = error;
+        conn?.close('probe done');
+        resolve(res);
+      };
+      const timer = setTimeout(() => finish('probe timed out'), req.timeoutMs);
+      const h: ConnHandlers = {
+        ready: (c) => {
+          res.connectMs = (c.readyAt - t0) / 1000;
+          joinAt = monoUs();
+          c.send(joinFrame('sluice', req.topic));
+        },
+        frame: (c, kind, buf, s, e, now) => {
+          if (kind === Kind.ReplyOk || kind === Kind.ReplyErr) {
+            const r = replyRefChar(buf, s, e);
+            if (kind === Kind.ReplyErr) { finish(`refused: ${buf.toString('utf8', s, Math.min(e, s + 200))}`); return; }
+            if (r === 'j') res.replyMs = (now - joinAt) / 1000;
+            else if (r === 'q') {
+              res.queryMs = (now - queryAt) / 1000;
+              res.queryBytes = e - s;
+              res.queryCount = stateCount(buf, s, e);
+              finish();
+            }
+            return;
+          }
+          if (kind === Kind.Presence && presenceKind(buf, s, e) === 'state' && Number.isNaN(res.stateMs)) {
+            res.stateMs = (now - joinAt) / 1000;
+            res.stateBytes = e - s;
+            res.count = stateCount(buf, s, e);
+            res.listed = listedUsers(buf, s, e);
+            res.truncated = indexWithin(buf, TRUNCATED, s, e) !== -1;
+            queryAt = monoUs();
+            c.send(encodeClientFrame(`{"type":"presence","ref":"q","topic":${JSON.stringify(req.topic)}}`).bytes);
+          }
+        },
+        flush: () => {},
+        closed: (_c, why) => finish(`closed: ${why}`),
+      };
+      conn = new RawConn(req.id, req.target, h, undefined, token);
+    });
+  }
+
   // ---- common ----
 
   mark(): MarkResult {
@@ -589,6 +946,8 @@ class Generator implements ConnHandlers {
 
   reset(): void {
     this.phase = 'idle';
+    this.pw = null;
+    this.pacedCheck = null;
     RawConn.deferTeardown = false;
     teardownDeferred();
     for (const c of this.conns) c.close('reset');
@@ -633,6 +992,12 @@ async function handle(req: Request): Promise<unknown> {
     case 'unstall': return gen.unstall(req.timeoutMs);
     case 'watchCloses': return gen.watchCloses(req.deferTeardown === true);
     case 'closes': return gen.closes(req.timeoutMs);
+    case 'presenceWatch': gen.presenceWatch(req.userPrefix); return null;
+    case 'paceJoin': return gen.paceJoin(req);
+    case 'churn': return gen.churn(req);
+    case 'presenceStats': return gen.presenceStats();
+    case 'presenceCheck': return gen.presenceCheck(req.expected, req.take);
+    case 'probe': return gen.probe(req);
     case 'mark': return gen.mark();
     case 'stop': return gen.stop(req.timeoutMs);
     case 'reset': gen.reset(); return null;

@@ -35,6 +35,36 @@ export type Request =
   | { op: 'watchCloses'; deferTeardown?: boolean }
   /** S7: wait up to timeoutMs for every ready socket to close, then hand over what watchCloses recorded. */
   | { op: 'closes'; timeoutMs: number }
+  /**
+   * S14: from now on read every presence frame (counts, bytes, each socket's
+   * member count, gaps between diffs); the first socket to join keeps the full
+   * set of users. `userPrefix`: a socket's user is `<userPrefix><id>`.
+   */
+  | { op: 'presenceWatch'; userPrefix: string }
+  /**
+   * S14: every ready socket not joined yet joins `topic`, `perSecond` joins a
+   * second at most; resolves when all answered. `presence` false: a topic
+   * without presence (the sockets count as not joined to the presence topic
+   * afterwards, and no observer is picked).
+   */
+  | { op: 'paceJoin'; topic: string; perSecond: number; timeoutMs: number; presence: boolean }
+  /**
+   * S14: the last `count` joined sockets (never the first) churn: `perSecond`
+   * leaves a second, round-robin, each socket rejoining `holdMs` after its
+   * leave's reply, for `durationMs`; then every one out rejoins; resolves
+   * when all are back.
+   */
+  | { op: 'churn'; topic: string; count: number; perSecond: number; holdMs: number; durationMs: number; timeoutMs: number }
+  /** S14: the presence counters so far (cumulative). */
+  | { op: 'presenceStats' }
+  /**
+   * S14: checks every joined socket's member count against `expected`; with
+   * `take`, hands over (then clears) the latency and diff-gap histograms and
+   * the observer's changes since the last take.
+   */
+  | { op: 'presenceCheck'; expected: number; take: boolean }
+  /** S14: one new socket of user `<userPrefix><id>` connects to `target`, joins `topic`, times its presence_state, asks `presence` once, and closes. */
+  | { op: 'probe'; target: Target; auth: AuthSpec; id: number; topic: string; timeoutMs: number }
   | { op: 'mark' }
   /** Stop sending; wait up to timeoutMs for outstanding replies. */
   | { op: 'stop'; timeoutMs: number }
@@ -105,6 +135,84 @@ export interface ClosesResult {
   other: Record<string, number>;
   /** Sockets still open when the wait ended. */
   open: number;
+}
+
+/** S14: paceJoin and churn. */
+export interface PacedResult {
+  joinsSent: number;
+  joinsOk: number;
+  joinErrors: number;
+  leavesSent: number;
+  leavesOk: number;
+  leaveErrors: number;
+  /** Leaves due that found no joined socket to take (every churner out or on its way). */
+  leavesSkipped: number;
+  /** Sockets that never answered in time. */
+  unanswered: number;
+  /** The first error replies, as received (at most 5). */
+  errorSamples: string[];
+  elapsedMs: number;
+}
+
+/** S14: cumulative presence counters of one generator process. */
+export interface PresenceStats {
+  stateFrames: number;
+  stateBytes: number;
+  diffFrames: number;
+  diffBytes: number;
+  /** Joins and leaves the diffs received carried, summed over the sockets that received them. */
+  diffJoins: number;
+  diffLeaves: number;
+  /** Distinct diffs (counted; the rest were byte-equal to one of the last few). */
+  distinctDiffs: number;
+  joinsSent: number;
+  leavesSent: number;
+  /** Sockets joined now. */
+  joined: number;
+  /** Ready sockets that closed. */
+  closed: number;
+  closeReasons: Record<string, number>;
+  /** The observer's set of users now, and whether it started from a full list; -1 without an observer. */
+  observerSize: number;
+  observerExact: boolean;
+}
+
+export interface PresenceCheck {
+  /** Joined sockets whose count was checked, and those that showed another than `expected`. */
+  checked: number;
+  wrong: number;
+  /** Some of the wrong counts (at most 5), and how far every wrong one was off (count - expected: sockets). */
+  wrongSamples: number[];
+  offBy: Record<string, number>;
+  /** Sockets joined but without a presence_state yet. */
+  noState: number;
+  /** The latest time (monotonic us) a joined socket's count moved, and the median over sockets. */
+  lastChangeMaxUs: number;
+  lastChangeP50Us: number;
+  /** Join sent to its reply, join sent to its presence_state, and the gap between two diffs on one socket, us, HDR base64, since the last check. */
+  joinHist: string;
+  stateHist: string;
+  gapHist: string;
+  /** Each diff that changed the observer's set since the last check: when (monotonic us) and the size after it. */
+  observer: Array<{ atUs: number; size: number }>;
+  observerSize: number;
+  observerExact: boolean;
+}
+
+export interface ProbeResult {
+  connectMs: number;
+  /** Join sent to its reply, and to its presence_state. */
+  replyMs: number;
+  stateMs: number;
+  stateBytes: number;
+  count: number;
+  listed: number;
+  truncated: boolean;
+  /** The `presence` frame sent once the state came: to its reply. */
+  queryMs: number;
+  queryBytes: number;
+  queryCount: number;
+  error?: string;
 }
 
 export interface StopResult {

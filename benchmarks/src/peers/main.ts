@@ -1,4 +1,4 @@
-// Starts one peer as its own process: `node --import tsx src/peers/main.ts <uws|ws|sio>`.
+// Starts one peer as its own process: `node --import tsx src/peers/main.ts <uws|ws|sio|sio-redis>` (sio-redis: REDIS_URL too).
 // Env PORT (0 = any free port), HOST (default 127.0.0.1). Tells an IPC parent
 // it is ready as the gateway does, {type: 'sluice.ready', port, adminPort, pid}
 // (its /stats answer on its one port); exits 0 on SIGTERM.
@@ -6,6 +6,7 @@
 import { startUwsPeer } from './uws.ts';
 import { startWsPeer } from './ws.ts';
 import { startSioPeer } from './sio.ts';
+import { startSioRedisPeer } from './sio-redis.ts';
 import type { PeerHandle } from './common.ts';
 
 const kind = process.argv[2];
@@ -15,6 +16,7 @@ const starters: Record<string, (port: number, host: string) => Promise<PeerHandl
   uws: startUwsPeer,
   ws: startWsPeer,
   sio: startSioPeer,
+  'sio-redis': startSioRedisPeer,
 };
 const start = kind === undefined ? undefined : starters[kind];
 if (start === undefined || !Number.isInteger(port)) {

@@ -21,7 +21,7 @@ export interface Goal {
   text: string;
   /** For absolute goals: which number of a row it reads. */
   field?: 'rssPerSocketBytes' | 'stallMaxMs' | 'rssGrowthPerStalledBytes' | 'rssSlopeBytesPerS' | 'p99VsBaseline' | 'drainSecondsWithin' | 'renderP99Ms'
-    | 'revokeLastCloseMs' | 'limitsVsPlain';
+    | 'revokeLastCloseMs' | 'limitsVsPlain' | 'presenceGoneOfTtl';
 }
 
 /** The goals of issue 3, per server-CPU-second and measured in the same run. */
@@ -51,6 +51,9 @@ export const GOALS: readonly Goal[] = [
   // configured and revocations in force (median of the per-repeat ratios to the same gateway without them).
   { scenario: 'S12', peer: null, kind: 'max', value: 1000, field: 'revokeLastCloseMs', text: 'S12 revocation: request to last 4003 close of 10k sockets on 2 nodes <= 1 s' },
   { scenario: 'S13', peer: null, kind: 'min', value: 0.95, field: 'limitsVsPlain', text: 'S13 S1 with limits and revocations >= 0.95x without' },
+  // Issue 18 (PROTOCOL.md "Presence"): a node that dies takes its users out within WS_PRESENCE_TTL_MS; read here as node A's admin
+  // count holding only its own users, from the SIGKILL of node B, over the TTL (a figure, not a CI gate).
+  { scenario: 'S14', peer: null, kind: 'max', value: 1, field: 'presenceGoneOfTtl', text: 'S14 a SIGKILLed node\'s users gone (node A\'s admin count) within WS_PRESENCE_TTL_MS, as a share of it' },
 ];
 
 export interface Gate {

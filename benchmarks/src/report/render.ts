@@ -489,3 +489,149 @@ export function renderSvg(rec: RunRecord, sluice: TargetName = 'sluice'): string
   out.push('</svg>');
   return `${out.join('\n')}\n`;
 }
+
+/** S14: the load phases (joins, churn, Socket.IO's room join), who is here (presence_state, the presence frame, the admin read, fetchSockets), the SIGKILL. */
+export function s14Table(rs: readonly Row[], status: (r: Row) => string): string {
+  const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
+  const n = (v: number, d = 0): string => (Number.isFinite(v) ? v.toFixed(d) : '-');
+  const ms = (v: number): string => (Number.isFinite(v) ? `${v.toFixed(v >= 100 ? 0 : 1)} ms` : '-');
+  const us = (v: number): string => (Number.isFinite(v) ? `${v.toFixed(v >= 100 ? 0 : 1)}us` : '-');
+  const b = (v: number): string => (Number.isFinite(v) ? fmtBytes(v) : '-');
+  const isProbe = (r: Row): boolean => r.variant.startsWith('who is here');
+  const isKill = (r: Row): boolean => r.variant.startsWith('SIGKILL');
+  const isFetch = (r: Row): boolean => r.variant.includes('fetchSockets');
+  const load = rs.filter((r) => !isProbe(r) && !isKill(r) && !isFetch(r));
+  const parts: string[] = [];
+  parts.push('Joins and leaves paced by the generators; `server CPU per op`: both nodes\' CPU over the phase / joins and leaves answered (`idle part`: the nodes\' ' +
+    'idle rate just before, times the phase\'s wall time, per op); `Redis calls/op`: the gateways\' `sluice_presence_redis_calls_total` (every op label), ' +
+    '`redis-server cmds/op`: INFO commandstats over the phase (every command, a script\'s inner calls, the leases and the bus too); per socket per second: ' +
+    'presence_diff frames and payload bytes the generators received over the sockets joined, mean over the phase (max: the busiest second); ' +
+    '`diff gap`: between two diffs on one socket, min / p50; `wrong`: joined sockets whose count (state, then + joins - leaves) was not the admin API\'s ' +
+    'once the phase settled (checked); memory: RSS of both nodes (lowest over 1 s) after the phase less before it, per member or socket, and redis-server\'s used_memory.\n\n' +
+    table(
+      ['phase', 'target', 'ops', 'ops/s', 'server CPU per op', 'idle part', 'Redis calls/op', 'redis-server cmds/op', 'diff frames/socket/s (max)',
+        'diff bytes/socket/s (max)', 'presence_state size, p50 / p99', 'diff gap min / p50', 'wrong (checked), settled in', 'memory per member: nodes / Redis',
+        'other load', 'ok runs'],
+      load.map((r) => [r.variant, PEER_LABEL[r.target], n(x(r, 'ops')), fmtInt(r.perSec), us(x(r, 'cpuPerOpUs')), us(x(r, 'idleCpuPerOpUs')),
+        n(x(r, 'gatewayRedisCallsPerOp'), 4), n(x(r, 'redisCommandsPerOp'), 3),
+        Number.isFinite(x(r, 'framesPerSocketS')) && x(r, 'diffFrames') > 0 ? `${n(x(r, 'framesPerSocketS'), 2)} (${n(x(r, 'framesPerSocketSMax'), 2)})` : '-',
+        Number.isFinite(x(r, 'bytesPerSocketS')) && x(r, 'diffFrames') > 0 ? `${b(x(r, 'bytesPerSocketS'))} (${b(x(r, 'bytesPerSocketSMax'))})` : '-',
+        x(r, 'states') > 0 ? `${b(x(r, 'stateBytesAvg'))}, ${ms(x(r, 'stateP50Ms'))} / ${ms(x(r, 'stateP99Ms'))}` : '-',
+        x(r, 'gaps') > 0 ? `${ms(x(r, 'gapMinMs'))} / ${ms(x(r, 'gapP50Ms'))}` : '-',
+        Number.isFinite(x(r, 'checked')) && x(r, 'checked') > 0 ? `${n(x(r, 'wrongCounts'))} (${n(x(r, 'checked'))}), ${ms(x(r, 'settleMs'))}` : '-',
+        Number.isFinite(x(r, 'rssPerMemberBytes')) ? `${b(x(r, 'rssPerMemberBytes'))} / ${b(x(r, 'redisBytesPerMember'))}`
+          : Number.isFinite(x(r, 'rssPerSocketBytes')) ? `per socket: ${b(x(r, 'rssPerSocketBytes'))} / ${b(x(r, 'redisBytesPerSocket'))}` : '-',
+        pct(r.otherUtil), status(r)]),
+    ));
+  const probe = rs.filter(isProbe);
+  const fetchRows = rs.filter(isFetch);
+  if (probe.length > 0 || fetchRows.length > 0) {
+    const body: string[][] = [];
+    for (const r of probe) {
+      const m = x(r, 'members');
+      for (const [node, what] of [['A', 'node A (its replica)'], ['B', 'node B (its replica)'], ['C', 'a node just started (reads the others from Redis)']] as const) {
+        if (!Number.isFinite(x(r, `stateMs${node}`))) continue;
+        body.push([`Sluice: a new socket's presence_state, ${what}`, `${ms(x(r, `stateMs${node}`))} (${ms(x(r, `stateMaxMs${node}`))})`, b(x(r, `stateBytes${node}`)),
+          `${n(x(r, `listed${node}`))} of ${n(x(r, `count${node}`))}`, `of ${n(m)}; reply to the join ${ms(x(r, `replyMs${node}`))}`, status(r)]);
+      }
+      body.push(['Sluice: `presence` frame on that socket (A)', ms(x(r, 'queryMsA')), b(x(r, 'queryBytesA')), `- of ${n(x(r, 'queryCountA'))}`, 'from the shard\'s replica', status(r)]);
+      body.push(['Sluice: `GET /v1/presence` (admin port, A / B)', `${ms(x(r, 'adminMsA'))} / ${ms(x(r, 'adminMsB'))}`, b(x(r, 'adminBytes')),
+        `${n(x(r, 'adminListed'))} of ${n(x(r, 'adminCount'))}`, 'from the topic\'s owner shard', status(r)]);
+    }
+    for (const r of fetchRows) {
+      body.push([`Socket.IO: \`io.in(room).fetchSockets()\` on server A (${n(x(r, 'fetches'))} calls)`, `${ms(x(r, 'fetchP50Ms'))} (${ms(x(r, 'fetchMaxMs'))})`,
+        b(x(r, 'fetchBytes')), `${n(x(r, 'fetchCount'))} of ${n(x(r, 'fetchCount'))}`,
+        `${n(x(r, 'fetchLocal'))} local; both servers' CPU ${ms(x(r, 'cpuPerFetchMs'))} per call, redis-server ${ms(x(r, 'redisCpuPerFetchMs'))}; from B ${ms(x(r, 'fetchFromBMs'))}`, status(r)]);
+    }
+    parts.push('Who is in the room once every user joined: Sluice\'s answers list at most `WS_PRESENCE_MAX_USERS` users and always the full `count`; ' +
+      'Socket.IO\'s fetchSockets() returns every socket (id, handshake, rooms, data; `bytes`: that as JSON). Times: client-side (probe: join sent to the state; ' +
+      'fetchSockets: inside server A, call to promise), median (max).\n\n' +
+      table(['who is here', 'time', 'bytes', 'users listed of counted', 'notes', 'ok runs'], body));
+  }
+  const kill = rs.filter(isKill);
+  if (kill.length > 0) {
+    parts.push('Node B SIGKILLed with every user joined: `admin`: node A\'s `GET /v1/presence` (polled every 100 ms) first counts only A\'s users; ' +
+      '`every socket on A`: the last time a socket on A saw its count move, from the kill (median socket beside it); `nodes`: A\'s `sluice_cluster_nodes` drops to 1; ' +
+      '`bound`: B\'s lease (TTL/2) + A\'s renewal period (TTL/4) + one diff interval.\n\n' +
+      table(['variant', 'admin count at A\'s users', 'every socket on A (median socket)', 'A\'s observers', 'cluster_nodes 1', 'bound', 'within TTL', 'wrong (checked)', 'ok runs'],
+        kill.map((r) => [r.variant, ms(x(r, 'goneAdminMs')), `${ms(x(r, 'goneAllSocketsMs'))} (${ms(x(r, 'goneP50SocketsMs'))})`, r.notes['goneObserversMs'] ?? '-',
+          ms(x(r, 'nodesDropMs')), ms(x(r, 'boundMs')), x(r, 'goneAdminMs') <= x(r, 'ttlMs') ? 'yes' : '**no**', `${n(x(r, 'wrongCounts'))} (${n(x(r, 'checked'))})`, status(r)])));
+  }
+  return parts.join('\n\n');
+}
+
+/** S14: per second over the run, from the presence join on: joins and leaves sent, diff frames and bytes per joined socket, the nodes' CPU; phases shaded. */
+export function renderPresenceSvg(samples: readonly Sample[]): string {
+  const s = samples.find((x) => x.scenario === 'S14' && (x.timeline?.length ?? 0) > 0);
+  type P = { t: number; phase: string; joined: number; diffFrames: number; diffBytes: number; stateFrames: number; stateBytes: number; ops: number; cpu: number };
+  const tl = (s?.timeline ?? []) as P[];
+  const kill = samples.find((x) => x.scenario === 'S14' && x.variant.startsWith('SIGKILL') && x.repeat === (s?.repeat ?? 0));
+  const width = 900;
+  const left = 80;
+  const plotW = width - left - 30;
+  const panelH = 110;
+  const gap = 28;
+  const top = 96;
+  const panels = 4;
+  const height = top + panels * (panelH + gap) + 30;
+  const t0 = tl.length > 0 ? tl[0]!.t - 1 : 0;
+  const maxT = Math.max(1, Math.ceil((tl[tl.length - 1]?.t ?? 1) - t0));
+  const x = (sec: number): number => left + ((sec - t0) / maxT) * plotW;
+  const esc = (t: string): string => t.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+  const out: string[] = [];
+  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`);
+  out.push(`<rect width="${width}" height="${height}" fill="white"/>`);
+  const e = s?.extra ?? {};
+  out.push(`<text x="10" y="20" font-size="14" font-weight="bold">${esc(`S14 presence at scale: ${String(e['members'] ?? '?')} users on one topic over two nodes, per second`)}</text>`);
+  out.push(`<text x="10" y="38" fill="#555">${esc(`WS_PRESENCE_DIFF_MS ${String(e['diffMs'] ?? '?')}; frames and bytes are what the generators received, over the sockets joined at the time`)}</text>`);
+  out.push(`<text x="10" y="54" fill="#555">${esc(kill === undefined ? '' : `dashed: node B SIGKILLed; dotted: node A's admin count without B's users (${String(kill.extra['goneAdminMs'] ?? '?')} ms later)`)}</text>`);
+  // Phases: contiguous runs of one label, "settle" folded into its phase.
+  const segs: Array<{ name: string; from: number; to: number }> = [];
+  for (const p of tl) {
+    const name = p.phase.replace(/ settle$/, '');
+    const last = segs[segs.length - 1];
+    if (last !== undefined && last.name === name) last.to = p.t;
+    else segs.push({ name, from: (last?.to ?? t0), to: p.t });
+  }
+  const panel = (i: number, title: string, series: Array<{ v: (p: P) => number; color: string; dash?: string }>, fmt: (v: number) => string, ref?: number): void => {
+    const py = top + i * (panelH + gap);
+    const vals = tl.flatMap((p) => series.map((sr) => sr.v(p))).filter(Number.isFinite);
+    const maxV = Math.max(ref !== undefined ? ref * 1.5 : 0, ...vals, 1e-9) * 1.08;
+    const y = (v: number): number => py + panelH - (Math.min(v, maxV) / maxV) * panelH;
+    segs.forEach((sg, k) => {
+      if (k % 2 === 1) out.push(`<rect x="${x(sg.from).toFixed(1)}" y="${py}" width="${Math.max(0, x(sg.to) - x(sg.from)).toFixed(1)}" height="${panelH}" fill="#f1f3f7"/>`);
+      if (i === 0) out.push(`<text x="${((x(sg.from) + x(sg.to)) / 2).toFixed(1)}" y="${py - 4}" text-anchor="middle" fill="#333" font-size="10">${esc(sg.name)}</text>`);
+    });
+    out.push(`<text x="${left}" y="${py - (i === 0 ? 16 : 4)}" fill="#222" font-weight="bold">${esc(title)}</text>`);
+    for (const f of [0, 0.5, 1]) {
+      const v = maxV * f / 1.08;
+      out.push(`<line x1="${left}" y1="${y(v).toFixed(1)}" x2="${left + plotW}" y2="${y(v).toFixed(1)}" stroke="#e2e2e2"/>`);
+      out.push(`<text x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end" fill="#555" font-size="10">${esc(fmt(v))}</text>`);
+    }
+    if (ref !== undefined) out.push(`<line x1="${left}" y1="${y(ref).toFixed(1)}" x2="${left + plotW}" y2="${y(ref).toFixed(1)}" stroke="black" stroke-dasharray="6 4"/>`);
+    for (const sr of series) {
+      const pts = tl.filter((p) => Number.isFinite(sr.v(p))).map((p) => `${x(p.t - 0.5).toFixed(1)},${y(sr.v(p)).toFixed(1)}`).join(' ');
+      out.push(`<polyline fill="none" stroke="${sr.color}" stroke-width="1.5"${sr.dash === undefined ? '' : ` stroke-dasharray="${sr.dash}"`} points="${pts}"/>`);
+    }
+    const killAt = tl.find((p) => p.phase === 'kill')?.t;
+    if (killAt !== undefined) {
+      out.push(`<line x1="${x(killAt - 1).toFixed(1)}" y1="${py}" x2="${x(killAt - 1).toFixed(1)}" y2="${py + panelH}" stroke="#c0392b" stroke-dasharray="6 3"/>`);
+      const gone = Number(kill?.extra['goneAdminMs']);
+      if (Number.isFinite(gone)) out.push(`<line x1="${x(killAt - 1 + gone / 1000).toFixed(1)}" y1="${py}" x2="${x(killAt - 1 + gone / 1000).toFixed(1)}" y2="${py + panelH}" stroke="#c0392b" stroke-dasharray="2 2"/>`);
+    }
+  };
+  const per = (a: number, j: number): number => (j > 0 ? a / j : NaN);
+  panel(0, 'joins + leaves sent per second (blue); sockets joined / 100 (grey)', [{ v: (p) => p.ops, color: '#2c3e80' }, { v: (p) => p.joined / 100, color: '#999', dash: '3 3' }],
+    (v) => fmtInt(v));
+  panel(1, 'presence_diff frames per joined socket per second (dashed: 1 per WS_PRESENCE_DIFF_MS)', [{ v: (p) => per(p.diffFrames, p.joined), color: '#3a7d44' }],
+    (v) => v.toFixed(2), 1000 / Number(e['diffMs'] ?? 1000));
+  panel(2, 'presence bytes per joined socket per second: presence_diff (green), presence_state (dotted)',
+    [{ v: (p) => per(p.diffBytes, p.joined), color: '#3a7d44' }, { v: (p) => per(p.stateBytes, p.joined), color: '#8e44ad', dash: '2 2' }], (v) => fmtBytes(v));
+  panel(3, 'both nodes\' CPU, cores', [{ v: (p) => p.cpu, color: '#c0392b' }], (v) => v.toFixed(2));
+  const step = maxT > 200 ? 20 : maxT > 80 ? 10 : maxT > 30 ? 5 : 2;
+  const yAxis = top + panels * (panelH + gap) - gap + 16;
+  for (let t = 0; t <= maxT; t += step) out.push(`<text x="${x(t0 + t).toFixed(1)}" y="${yAxis}" text-anchor="middle" fill="#555">${t}s</text>`);
+  out.push(`<text x="${left + plotW / 2}" y="${height - 6}" text-anchor="middle" fill="#555">seconds from the start of the presence join</text>`);
+  out.push('</svg>');
+  return `${out.join('\n')}\n`;
+}

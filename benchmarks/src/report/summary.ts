@@ -38,6 +38,8 @@ export interface Row {
   revokeLastCloseMs: number;
   /** S13 goal: the limits arm's msgs per server-CPU-s over the plain arm's, per repeat, median (the limits arm's row only). */
   limitsVsPlain: number;
+  /** S14 goal: from the SIGKILL of node B to node A counting only its own users, over WS_PRESENCE_TTL_MS (the SIGKILL row only). */
+  presenceGoneOfTtl: number;
   /** Median of every numeric `extra` field over the successful repeats. */
   extras: Record<string, number>;
   /** Every string `extra` field, distinct values over the successful repeats joined with " / ". */
@@ -62,14 +64,16 @@ export const HEADLINE: Record<ScenarioId, { key: HeadlineKey; higherIsBetter: bo
   S11: { key: 'perServerCpuS', higherIsBetter: true, label: 'upgrades or refreshes per server-CPU-s' },
   S12: { key: 'perServerCpuS', higherIsBetter: true, label: 'revoked closes per server-CPU-s' },
   S13: { key: 'perServerCpuS', higherIsBetter: true, label: 'msgs per server-CPU-s' },
+  S14: { key: 'perServerCpuS', higherIsBetter: true, label: 'presence joins and leaves per server-CPU-s' },
 };
 
 /**
  * Scenarios without a Sluice/peer ratio: S6 is judged against its own run without stalled sockets; S7, S8 and S9 run Sluice only
  * (S8: against its own single node; S9: SDK clients against naive ones; S10: against its own run with 0 sockets; S11: refresh against
- * upgrade on one gateway; S12: against its 1 s target; S13: against its own plain arm, per repeat).
+ * upgrade on one gateway; S12: against its 1 s target; S13: against its own plain arm, per repeat; S14: its phases against each other,
+ * and Socket.IO in rows of its own: a room join and fetchSockets() are not the same job as a presence join and presence_state).
  */
-const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7', 'S8', 'S9', 'S10', 'S11', 'S12', 'S13']);
+const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7', 'S8', 'S9', 'S10', 'S11', 'S12', 'S13', 'S14']);
 
 function extraNum(s: Sample, k: string): number {
   const v = s.extra[k];
@@ -131,6 +135,7 @@ export function rows(samples: readonly Sample[]): Row[] {
       renderP99Ms: median(ok.map((s) => extraNum(s, 'goalRenderP99Ms'))),
       revokeLastCloseMs: first.scenario === 'S12' ? median(ok.map((s) => extraNum(s, 'lastCloseMs'))) : NaN,
       limitsVsPlain: first.scenario === 'S13' ? median(ok.map((s) => extraNum(s, 'vsPlain'))) : NaN,
+      presenceGoneOfTtl: first.scenario === 'S14' ? median(ok.map((s) => extraNum(s, 'goneAdminMs') / extraNum(s, 'ttlMs'))) : NaN,
       extras: extrasMedians(ok),
       notes: extrasNotes(ok),
       errors: [...new Set(g.filter((s) => !s.ok).map((s) => s.error ?? 'failed'))],

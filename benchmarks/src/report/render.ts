@@ -564,7 +564,10 @@ export function s14Table(rs: readonly Row[], status: (r: Row) => string): string
 export function renderPresenceSvg(samples: readonly Sample[]): string {
   const s = samples.find((x) => x.scenario === 'S14' && (x.timeline?.length ?? 0) > 0);
   type P = { t: number; phase: string; joined: number; diffFrames: number; diffBytes: number; stateFrames: number; stateBytes: number; ops: number; cpu: number };
-  const tl = (s?.timeline ?? []) as P[];
+  const all = (s?.timeline ?? []) as P[];
+  // From the second before the presence join (the sampler starts during the quiet wait before it).
+  const first = all.findIndex((p) => p.phase === 'join');
+  const tl = all.slice(Math.max(0, first - 1));
   const kill = samples.find((x) => x.scenario === 'S14' && x.variant.startsWith('SIGKILL') && x.repeat === (s?.repeat ?? 0));
   const width = 900;
   const left = 80;
@@ -574,7 +577,7 @@ export function renderPresenceSvg(samples: readonly Sample[]): string {
   const top = 96;
   const panels = 4;
   const height = top + panels * (panelH + gap) + 30;
-  const t0 = tl.length > 0 ? tl[0]!.t - 1 : 0;
+  const t0 = tl.length > 0 ? tl[0]!.t : 0;
   const maxT = Math.max(1, Math.ceil((tl[tl.length - 1]?.t ?? 1) - t0));
   const x = (sec: number): number => left + ((sec - t0) / maxT) * plotW;
   const esc = (t: string): string => t.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');

@@ -96,7 +96,7 @@ export interface PresenceConfig {
 export const S14_DEFAULT: PresenceConfig = {
   sockets: 20_000, procs: 4, concurrency: 250, joinRate: 1000, churnShare: 0.1,
   churn: [{ rate: 100, holdMs: 2000, seconds: 12 }, { rate: 400, holdMs: 2000, seconds: 12 }, { rate: 2000, holdMs: 100, seconds: 12 }],
-  ttlMs: 30_000, diffMs: 1000, maxUsers: 1000, probes: 3, thirdNode: true, sio: true, fetches: 5, quietMaxMs: 20_000,
+  ttlMs: 30_000, diffMs: 1000, maxUsers: 1000, probes: 3, thirdNode: true, sio: true, fetches: 5, quietMaxMs: 10_000,
 };
 
 /** `--quick`: the same phases at a tenth of the sockets, shorter, with a 4 s TTL; about a minute. */
@@ -403,13 +403,19 @@ async function minRss(pids: readonly number[], ms: number): Promise<number[]> {
 }
 
 /**
- * What may explain a count that never settled: per node its warnings and errors (log level >= 40) by message, its
+ * What may explain a count that never settled: per node its warnings and errors by message (and error), its
  * `sluice_presence_redis_errors_total`, its `sluice_presence_members`, and the fields of each node's hash in Redis.
  */
 async function diagnostics(nodes: readonly ServerProc[], redis: RedisServer): Promise<Record<string, string>> {
   const warnings = nodes.map((n) => {
     const out: Record<string, number> = {};
-    for (const l of n.logs) if (typeof l['level'] === 'number' && l['level'] >= 40) out[String(l['msg']).slice(0, 100)] = (out[String(l['msg']).slice(0, 100)] ?? 0) + 1;
+    for (const l of n.logs) {
+      const lv = l['level'];
+      // The gateway logs the level's name (pino's label formatter); a number is pino's default.
+      if (!(lv === 'warn' || lv === 'error' || lv === 'fatal' || (typeof lv === 'number' && lv >= 40))) continue;
+      const k = `${String(l['msg']).slice(0, 100)}${typeof l['err'] === 'object' && l['err'] !== null ? `: ${String((l['err'] as { message?: unknown }).message).slice(0, 80)}` : ''}`;
+      out[k] = (out[k] ?? 0) + 1;
+    }
     return out;
   });
   const metrics = await Promise.all(nodes.map(async (n) => {

@@ -33,7 +33,7 @@ interface HubTopic {
   readonly subscribers: Set<number>;
   /** Cluster mode: the other nodes' entries are read (or could not be); subscribers that came before wait. */
   loaded: boolean;
-  waiting: (() => void)[];
+  waiting: { readonly shard: number; readonly done: () => void }[];
 }
 
 /** What the hub needs from the cluster (presence-redis.ts); null in embedded mode. */
@@ -118,15 +118,12 @@ export class PresenceHub {
   subscribe(shard: number, key: string, done: () => void): void {
     const t = this.topic(key);
     t.subscribers.add(shard);
-    const send = (): void => {
+    if (t.loaded) {
       this.sink.flush(shard, key, true, { full: true, changes: [...t.table.snapshot()] });
       done();
-    };
-    if (t.loaded) {
-      send();
       return;
     }
-    t.waiting.push(send);
+    t.waiting.push({ shard, done });
     if (t.waiting.length > 1) return;
     this.cluster!.watch(key, () => {
       t.loaded = true;
@@ -134,7 +131,12 @@ export class PresenceHub {
       this.flushTopic(key, t);
       const waiting = t.waiting;
       t.waiting = [];
-      for (const w of waiting) w();
+      for (const w of waiting) {
+        // A shard that unsubscribed meanwhile gets its answer but no replica: nothing would keep one up to date.
+        if (t.subscribers.has(w.shard)) this.sink.flush(w.shard, key, true, { full: true, changes: [...t.table.snapshot()] });
+        w.done();
+      }
+      if (t.subscribers.size === 0) this.unwatch(key, t);
     });
   }
 
@@ -191,13 +193,15 @@ export class PresenceHub {
   /** Sends every dirty table's flush to its subscribers. */
   flushAll(): void {
     this.cluster?.writeAll();
-    for (const key of this.dirty) {
+    for (const key of [...this.dirty]) {
       const t = this.topics.get(key);
-      if (t === undefined || !t.loaded) continue;
+      // A topic whose first read is on its way keeps its changes for the flush that read ends with.
+      if (t !== undefined && !t.loaded && t.waiting.length > 0) continue;
+      this.dirty.delete(key);
+      if (t === undefined) continue;
       this.flushTopic(key, t);
       if (t.subscribers.size === 0 && t.table.empty) this.topics.delete(key);
     }
-    for (const key of [...this.dirty]) if (this.topics.get(key)?.loaded !== false) this.dirty.delete(key);
   }
 
   private flushTopic(key: string, t: HubTopic): void {

@@ -31,8 +31,10 @@ const US = '\x1f';
 const SEQ_FIELD = '\x00seq';
 
 const WRITE_LUA = `
+-- The write number only grows, a full write's too (it replaces the users, not the count).
+local seq = tonumber(redis.call('HGET', KEYS[1], '\\0seq') or '0') + 1
 if ARGV[1] == '1' then redis.call('DEL', KEYS[1]) end
-local seq = redis.call('HINCRBY', KEYS[1], '\\0seq', 1)
+redis.call('HSET', KEYS[1], '\\0seq', seq)
 local msg = {ARGV[5], seq, ARGV[1]}
 for i = 6, #ARGV, 2 do
   local u, n = ARGV[i], ARGV[i + 1]
@@ -65,6 +67,15 @@ interface Remote {
   readonly seqs: Map<string, number>;
   /** Messages that came while the first read was on its way (null once it answered). */
   buffered: string[] | null;
+}
+
+/** Whether the user/count pairs of `f` from `from` on are well formed (counts whole, 0 to 1e9): a message from any Redis client may be anything. */
+function validCounts(f: readonly string[], from: number, skip?: string): boolean {
+  for (let i = from; i + 1 < f.length; i += 2) {
+    if (f[i] === skip) continue;
+    if (f[i] === '' || !/^[0-9]{1,9}$/.test(f[i + 1]!)) return false;
+  }
+  return true;
 }
 
 export class PresenceCluster {
@@ -113,10 +124,9 @@ export class PresenceCluster {
       this.sub = sub;
       this.subHealth = new RedisHealth(sub);
     }
-    this.cmd.on('ready', () => {
-      // Every reconnect of the command connection: what was written may have been lost with an outage; say it all again.
-      for (const key of this.written) this.full.add(key);
-    });
+    // Every (re)connect of the command connection: what was written may have been lost with an outage, and topics
+    // watched while it was down were not read: say it all again, read them again.
+    this.cmd.on('ready', () => this.reconnected());
   }
 
   start(): void {
@@ -179,6 +189,13 @@ export class PresenceCluster {
     return out;
   }
 
+  private nodeHolds(key: string): boolean {
+    const table = this.hub.table(key);
+    if (table === undefined) return false;
+    for (const src of table.sourceIds()) if (src.startsWith('s') && table.countsOf(src).size > 0) return true;
+    return false;
+  }
+
   /** Writes every topic whose node-level counts changed: one script per topic. Called once per WS_PRESENCE_DIFF_MS. */
   writeAll(): void {
     for (const [key, users] of this.dirty) {
@@ -190,8 +207,10 @@ export class PresenceCluster {
         presenceChannel(key), this.nodeId];
       for (const [u, n] of counts) argv.push(u, n);
       this.calls.write++;
-      if (counts.size === 0 && full) this.written.delete(key);
-      else this.written.add(key);
+      // A topic where this node has nobody left is no longer renewed: its hash expires (its write number with it, which is
+      // why a full message is taken whatever its number).
+      if (this.nodeHolds(key)) this.written.add(key);
+      else this.written.delete(key);
       this.cmd.eval(WRITE_LUA, 1, presenceKey(key, this.nodeId), ...argv).catch((err: unknown) => {
         this.calls.errors++;
         this.log.warn({ err, topic: key }, 'presence: writing this node\'s entries failed; the next write says them all');
@@ -209,7 +228,7 @@ export class PresenceCluster {
     }
     const remote: Remote = { seqs: new Map(), buffered: [] };
     this.watched.set(key, remote);
-    this.load(key, remote).finally(loaded);
+    this.load(key, remote).finally(loaded).catch((err: unknown) => this.log.error({ err, topic: key }, 'presence: loading a topic failed'));
   }
 
   unwatch(key: string): void {
@@ -223,9 +242,9 @@ export class PresenceCluster {
 
   private async load(key: string, remote: Remote): Promise<void> {
     try {
-      // A watch at the shard's first joins may come before these connections are up.
-      await this.cmdHealth.whenUp(3000);
-      await this.subHealth?.whenUp(3000);
+      // Joins do not wait on an unreachable Redis: the topic shows this node's users now, the others' once a
+      // connection is (back) up and reads them (`reconnected`).
+      if (!this.cmdHealth.up || this.subHealth?.up === false) throw new Error('redis is unreachable');
       this.calls.subscribe++;
       await this.sub.subscribe(presenceChannel(key));
       await this.read(key, remote, [...this.live].filter((n) => n !== this.nodeId));
@@ -263,6 +282,7 @@ export class PresenceCluster {
     if (this.watched.get(key) !== remote) return;
     nodes.forEach((node, i) => {
       const flat = res[i] ?? [];
+      if (!validCounts(flat, 0, SEQ_FIELD)) return;
       const counts = new Map<string, number>();
       let seq = 0;
       for (let j = 0; j + 1 < flat.length; j += 2) {
@@ -290,9 +310,11 @@ export class PresenceCluster {
     const node = f[0]!;
     const seq = Number(f[1]);
     const full = f[2] === '1';
-    if (node === this.nodeId || !Number.isSafeInteger(seq)) return;
+    if (node === this.nodeId || !Number.isSafeInteger(seq) || !validCounts(f, 3)) return;
     const known = remote.seqs.get(node);
-    if (known !== undefined && seq <= known) return;
+    // One writer per (node, topic) and one channel: a full message is the newest whatever its number (a hash that
+    // expired starts again at 1).
+    if (!full && known !== undefined && seq <= known) return;
     if (!full && (known === undefined || seq !== known + 1)) {
       // A gap: what came between is in the node's hash.
       this.read(key, remote, [node]).catch(() => {

@@ -153,6 +153,8 @@ describe('POST /v1/publish with users, three nodes on one Redis', () => {
     [a, b] = await Promise.all([startGateway(env), startGateway(env)]);
     // Both leases are in before anything is asked (renewed every second with this TTL).
     await eventually(async () => Number(await redis.cli('ZCARD', 'sluice:nodes')) === 2, 10_000);
+    // Each node has read the other's lease (it waits for the answers of the nodes it knows).
+    await eventually(async () => (await metricValue(a, 'sluice_cluster_nodes')) === 2 && (await metricValue(b, 'sluice_cluster_nodes')) === 2, 5000);
     await eventually(async () => (await fetch(a.admin('/health/ready'))).status === 200 && (await fetch(b.admin('/health/ready'))).status === 200);
   });
   after(async () => {

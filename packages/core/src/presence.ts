@@ -49,15 +49,17 @@ export class PresenceTable {
 
   /** A source's absolute count of `user`'s sockets (0: none left there). */
   set(source: string, user: string, connections: number): void {
+    // A count from outside (a peer, Redis) that is not a whole number of sockets is nobody's.
+    if (!(connections >= 0) || !Number.isSafeInteger(connections)) connections = 0;
     let counts = this.sources.get(source);
     const before = counts?.get(user) ?? 0;
     if (before === connections) return;
     if (connections > 0) {
       if (counts === undefined) this.sources.set(source, (counts = new Map()));
       counts.set(user, connections);
-    } else {
-      counts!.delete(user);
-      if (counts!.size === 0) this.sources.delete(source);
+    } else if (counts !== undefined) {
+      counts.delete(user);
+      if (counts.size === 0) this.sources.delete(source);
     }
     const sum = (this.total.get(user) ?? 0) - before + connections;
     if (sum > 0) this.total.set(user, sum);

@@ -135,7 +135,8 @@ class Shard {
       ctx.log, () => this.claimAll(), this.backplane.redis?.health);
     // Presence diffs go out as the fan-out's events do; the fan-out is made with the app, below.
     const presence = this.backplane.mesh.presence === null ? null
-      : new ShardPresence(ctx, this.backplane.mesh, (ev) => this.fanOut.deliver(ev), (key) => this.app.numSubscribers(key));
+      : new ShardPresence(ctx, this.backplane.mesh, (ev) => this.fanOut.deliver(ev), (key) => this.app.numSubscribers(key),
+        (key) => topics.get(key) !== undefined);
     this.presence = presence;
     if (presence !== null) topics.onDropped = (key) => presence.dropped(key);
     const hub = this.backplane.mesh.presence;

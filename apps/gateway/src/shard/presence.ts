@@ -31,6 +31,8 @@ export class ShardPresence {
     private readonly mesh: MeshBroker,
     private readonly deliver: (ev: Delivery) => void,
     private readonly subscribers: (key: string) => number,
+    /** Whether this shard still joins the topic (has its record): a starting replica that comes after the last leave is not kept. */
+    private readonly holds: (key: string) => boolean,
   ) {
     const max = ctx.cfg.presenceMaxUsers;
     mesh.encodePresence = (users) => encodePresenceData(users, max);
@@ -105,7 +107,7 @@ export class ShardPresence {
       // A subscribe again to an owner that restarted: its table is new and
       // its first flush is a full one, which reconciles the replica kept
       // here without making every user leave and join meanwhile.
-      if (replica !== undefined) return;
+      if (replica !== undefined || !this.holds(key)) return;
       this.replicas.set(key, (replica = new PresenceReplica()));
       replica.apply(f);
       return;

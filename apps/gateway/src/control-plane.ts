@@ -136,7 +136,6 @@ export class ControlPlane {
       const waiting = new Set([...(this.registry?.nodes ?? [])].filter((n) => n !== this.nodeId));
       let done = (): void => {};
       const answered = new Promise<void>((resolve) => (done = resolve));
-      let timer: NodeJS.Timeout | undefined;
       this.asks.set(rid, { online, waiting, done });
       try {
         await this.redis.publish(CONTROL_CHANNEL, JSON.stringify({ from: this.nodeId, users: { rid, tenant, users, frame } } satisfies UsersEnvelope));
@@ -146,7 +145,7 @@ export class ControlPlane {
         return { ok: false, reason: 'unavailable', message: 'redis did not take the event, so no node sent it; retry' };
       }
       // The nodes' window starts once Redis took the request, however long that took.
-      timer = setTimeout(() => done(), USERS_ANSWER_MS);
+      const timer = setTimeout(() => done(), USERS_ANSWER_MS);
       for (const u of await this.deliverToUsers(tenant, users, frame)) online.add(u);
       if (waiting.size > 0) await answered;
       clearTimeout(timer);

@@ -731,6 +731,8 @@ async function sluiceOnce(pool: LoadPool, spec: TargetSpec, repeat: number, cfg:
     const adminB: PresenceData[] = [];
     for (let k = 0; k < cfg.probes; k++) { adminA.push(await adminPresence(a.gw)); adminB.push(await adminPresence(b.gw)); }
     let cStart = NaN;
+    const cWarnings: Record<string, number> = {};
+    const cNodes: number[] = [];
     if (cfg.thirdNode) {
       for (let k = 0; k < cfg.probes; k++) {
         // A fresh node each time: its first subscriber waits for the others' entries, read from Redis.
@@ -740,8 +742,11 @@ async function sluiceOnce(pool: LoadPool, spec: TargetSpec, repeat: number, cfg:
         try {
           await sleep(500);
           probes.C.push(await probeOn(c.port, 0, nextId++));
+          cNodes.push((await nodeMetrics(c.gw)).clusterNodes);
         } finally {
           await c.stop();
+          const w = JSON.parse((await diagnostics([c], redis)).nodeWarnings ?? '[]') as Array<Record<string, number>>;
+          for (const [m, n] of Object.entries(w[0] ?? {})) cWarnings[m] = (cWarnings[m] ?? 0) + n;
         }
       }
     }
@@ -750,7 +755,16 @@ async function sluiceOnce(pool: LoadPool, spec: TargetSpec, repeat: number, cfg:
       const errs = [...probes.A, ...probes.B, ...probes.C].map((p) => p.error).filter((e): e is string => e !== undefined);
       const problems: string[] = [];
       if (errs.length > 0) problems.push(`probes failed: ${errs.slice(0, 3).join(' | ')}`);
-      const x: Record<string, number | string | boolean | null> = { members: cfg.sockets, probes: cfg.probes, thirdNodeStartMs: r1(cStart) };
+      // Every probe's state counts the members and itself.
+      for (const n of ['A', 'B', 'C'] as const) {
+        const counts = probes[n].map((p) => p.count);
+        if (counts.some((c) => c !== cfg.sockets + 1)) problems.push(`a new socket's presence_state on node ${n} counted ${counts.join(', ')}, not ${cfg.sockets + 1}`);
+      }
+      const x: Record<string, number | string | boolean | null> = {
+        members: cfg.sockets, probes: cfg.probes, thirdNodeStartMs: r1(cStart), thirdNodeWarnings: JSON.stringify(cWarnings),
+        // What node C's sluice_cluster_nodes said after its probe: 3 once its lease and the others' were read.
+        thirdNodeClusterNodes: JSON.stringify(cNodes), countsC: JSON.stringify(probes.C.map((p) => p.count)),
+      };
       for (const n of ['A', 'B', 'C'] as const) {
         const ps = probes[n];
         if (ps.length === 0) continue;

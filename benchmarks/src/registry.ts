@@ -272,7 +272,7 @@ export const SCENARIOS: readonly Scenario[] = [
       '             processes (half on each node) join a plain topic, then one presence topic, at --rate (1000)/s; three churn phases of 10% of them;\n' +
       '             new sockets\' presence_state on A, B and a third node; SIGKILL of node B (WS_PRESENCE_TTL_MS --ttl-ms, 30000); then Socket.IO\n' +
       '             with @socket.io/redis-adapter on two nodes: the same room joins, fetchSockets() (--no-sio: without); --quick: 2000 sockets,\n' +
-      '             short phases, a 4 s TTL; writes results-s14.svg; default 1 repeat, about 4 min (also part of all, once)',
+      '             short phases, a 4 s TTL; writes results-s14.svg; default 1 repeat, about 5 min (also part of all, once)',
     defaultTargets: ['sluice'],
     targets: sluiceOnly,
     repeats: (n, alone) => (alone ? n ?? 1 : 1),

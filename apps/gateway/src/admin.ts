@@ -146,7 +146,7 @@ export function createAdminServer(deps: AdminDeps): Server {
         return json(res, 202, { status: r.path === '/v1/revoke' ? 'revoked' : 'accepted' });
       }
       case '/v1/presence': {
-        const q = query(req, ['tenant', 'topic']);
+        const q = query(req.url ?? path, '/v1/presence', ['tenant', 'topic']);
         const tenant = q.get('tenant') ?? 'default';
         if (!TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
         const topic = q.get('topic');
@@ -154,9 +154,7 @@ export function createAdminServer(deps: AdminDeps): Server {
         if (!keepsPresence(presenceTopics, topic)) throw bad(`${topic} does not keep presence (WS_PRESENCE_TOPICS)`);
         const data = await deps.presence(tenant, topic);
         if (data === undefined) throw new Refused(503, 'unavailable', 'the shard that holds the topic\'s presence is unavailable now; retry');
-        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) });
-        res.end(data);
-        return;
+        return send(res, 200, data);
       }
       case '/admin/drain':
         deps.log.info({ from: req.socket.remoteAddress }, 'drain requested on the admin port');
@@ -166,12 +164,15 @@ export function createAdminServer(deps: AdminDeps): Server {
   }
 }
 
-/** A GET's query, or a 400 naming a parameter that is not one of `allowed` or that is given twice. */
-function query(req: IncomingMessage, allowed: readonly string[]): Map<string, string> {
-  const params = new URL(req.url ?? '/', 'http://admin').searchParams;
+/**
+ * A GET's query, or a 400 naming a parameter that is not one of `allowed`
+ * or that is given twice. As with the bodies, an unknown parameter is
+ * refused: a typo (`?sinc=`) must not turn into another request.
+ */
+function query(url: string, route: string, allowed: readonly string[]): Map<string, string> {
   const out = new Map<string, string>();
-  for (const [k, v] of params) {
-    if (!allowed.includes(k)) throw bad(`unknown parameter ${JSON.stringify(k)}; this route takes ${allowed.join(', ')}`);
+  for (const [k, v] of new URL(url, 'http://admin').searchParams) {
+    if (!allowed.includes(k)) throw bad(`unknown query parameter ${JSON.stringify(k)}; ${route} takes ${allowed.join(', ')}`);
     if (out.has(k)) throw bad(`${k} is given twice`);
     out.set(k, v);
   }
@@ -386,32 +387,21 @@ const HISTORY_PARAMS = ['tenant', 'topic', 'since', 'limit'];
 export const HISTORY_DEFAULT_LIMIT = 100;
 export const HISTORY_MAX_LIMIT = 1000;
 
-/**
- * A history read's query (`?tenant=&topic=&since=&limit=`) as a request, or
- * a 400 that names what is wrong. As with the bodies, an unknown parameter
- * is refused (a typo, `?sinc=`, must not turn into a read of the newest
- * events), and so is one given twice.
- */
+/** A history read's query (`?tenant=&topic=&since=&limit=`) as a request, or a 400 that names what is wrong. */
 export function historyRequest(url: string): HistoryRequest {
-  const q = new URL(url, 'http://admin').searchParams;
-  const seen = new Set<string>();
-  for (const k of q.keys()) {
-    if (!HISTORY_PARAMS.includes(k)) throw bad(`unknown query parameter ${JSON.stringify(k)}; /v1/history takes ${HISTORY_PARAMS.join(', ')}`);
-    if (seen.has(k)) throw bad(`${k} is given twice`);
-    seen.add(k);
-  }
+  const q = query(url, '/v1/history', HISTORY_PARAMS);
   const tenant = q.get('tenant') ?? 'default';
   if (!TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
   const topic = q.get('topic');
-  if (topic === null) throw bad('topic is missing: name the topic whose history to read');
+  if (topic === undefined) throw bad('topic is missing: name the topic whose history to read');
   if (!TOPIC_PATTERN.test(topic)) throw bad('topic must match ^[A-Za-z0-9:_.\\-]{1,200}$');
-  const since = q.get('since') ?? undefined;
+  const since = q.get('since');
   if (since !== undefined && !EVENT_ID_PATTERN.test(since)) {
     throw bad('since must be an event id such as "1732900000000-0", as an event\'s id gives it');
   }
   let limit = HISTORY_DEFAULT_LIMIT;
   const rawLimit = q.get('limit');
-  if (rawLimit !== null) {
+  if (rawLimit !== undefined) {
     limit = /^[0-9]{1,4}$/.test(rawLimit) ? Number(rawLimit) : 0;
     if (limit < 1 || limit > HISTORY_MAX_LIMIT) {
       throw bad(`limit must be a whole number from 1 to ${HISTORY_MAX_LIMIT} (at most ${HISTORY_MAX_LIMIT} events per request: read on with since)`);

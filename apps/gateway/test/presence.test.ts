@@ -174,7 +174,7 @@ describe('presence on one node of two shards', () => {
     const cases: [string, RegExp][] = [
       ['/v1/presence', /topic must be given/],
       ['/v1/presence?topic=plain:1', /does not keep presence/],
-      ['/v1/presence?topic=room:1&x=1', /unknown parameter "x"/],
+      ['/v1/presence?topic=room:1&x=1', /unknown query parameter "x"; \/v1\/presence takes tenant, topic/],
       ['/v1/presence?topic=room:1&topic=room:2', /given twice/],
       ['/v1/presence?topic=room:1&tenant=a%2Fb', /tenant must match/],
       ['/v1/presence?topic=bad%20topic', /topic must be given and match/],

@@ -49,12 +49,15 @@ export class NodeRegistry {
   }
 
   start(): void {
+    // Every time the connection is (back) up, at once: the first renewal at start may come before it is, and a node
+    // back from an outage should be seen again without waiting a quarter of the TTL.
+    this.redis.on('ready', () => void this.renew());
     void this.renew();
     this.timer = setInterval(() => void this.renew(), Math.max(250, Math.floor(this.ttlMs / 4)));
     this.timer.unref();
   }
 
-  /** Renews now (also what a reconnect to Redis calls, so that the node is back at once). */
+  /** Renews now (also at every ready of the connection, so that the node is back at once). */
   async renew(): Promise<void> {
     if (this.stopped) return;
     let members: string[];

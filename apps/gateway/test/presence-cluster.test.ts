@@ -115,6 +115,21 @@ describe('presence across three nodes on one Redis', () => {
     for (const gw of [a, b]) assert.equal(await metricValue(gw, 'sluice_shard_restarts_total'), 0);
   });
 
+  test('a node just started sees the others at once, not a quarter of the TTL later', async () => {
+    // A TTL of 60 s renews every 15 s: only the renewal at the connection's ready makes this in time.
+    const c = await startGateway({ ...env, WS_PRESENCE_TTL_MS: '60000' });
+    try {
+      const t0 = Date.now();
+      await eventually(async () => (await metricValue(c, 'sluice_cluster_nodes')) === 3, 5000);
+      assert.ok(Date.now() - t0 < 5000);
+      const late = await connectAs(c, 'late-c');
+      assert.ok((await joinPresence(late, 'room:x')).count >= 3, 'its first presence_state counts the other nodes\' users');
+      late.close();
+    } finally {
+      assert.equal(await c.stop(), 0);
+    }
+  });
+
   test('a node without sockets on the topic answers GET /v1/presence from Redis', async () => {
     const c = await startGateway(env);
     try {

@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { timingSafeEqual } from 'node:crypto';
 import { type Config, type ControlCommand, describeCommand, type DisconnectTarget, hasControlChar, type HistoryRequest, type HistoryResult,
   MAX_SUB_LENGTH, type PublishRequest, type PublishResult } from '@sluice/core';
-import { decodeFrameObject, encodeEventFrame, EVENT_ID_PATTERN, type PublishFrame, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
+import { decodeFrameObject, encodeEventFrame, EVENT_ID_PATTERN, type PublishFrame, TOPIC_PATTERN, TRACEPARENT_PATTERN, USER_TOPIC } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
 import { keepsPresence, presencePatterns } from './presence-hub.ts';
 
@@ -252,8 +252,7 @@ const PUBLISH_FIELDS = ['tenant', 'topic', 'topics', 'users', 'data', 'key', 'ep
 const MAX_BROADCAST_TOPICS = 100;
 /** The most users one publish may name (PROTOCOL.md). */
 export const MAX_USER_TARGETS = 1000;
-/** The topic of a user-addressed event; no client topic can be it (`$` is outside the topic pattern). */
-export const USER_TOPIC = '$user';
+
 
 async function publish(deps: AdminDeps, req: IncomingMessage, obj: Record<string, unknown>, res: ServerResponse): Promise<void> {
   for (const k of Object.keys(obj)) {

@@ -24,6 +24,9 @@ export function presencePatterns(cfg: Pick<Config, 'presenceTopics'>): Rights | 
   return cfg.presenceTopics === undefined ? null : compileRights(cfg.presenceTopics.split(','));
 }
 
+/** The sources that are this node's shards (`s<n>`); the other nodes are `n:<id>`. */
+export const isShard = (source: string): boolean => source.startsWith('s');
+
 export function keepsPresence(rights: Rights | null, topic: string): boolean {
   return rights !== null && allows(rights, topic);
 }
@@ -89,7 +92,7 @@ export class PresenceHub {
     if (n === 0 && !this.topics.has(key)) return;
     this.topic(key).table.set(source, user, n);
     this.dirty.add(key);
-    if (this.cluster !== null && source.startsWith('s')) this.cluster.changed(key, user);
+    if (this.cluster !== null && isShard(source)) this.cluster.changed(key, user);
   }
 
   /** Everything a source holds on a topic, said again (another node's entries, read from Redis). */
@@ -102,7 +105,7 @@ export class PresenceHub {
   /** A source gone: a shard that died, a node whose lease ended. */
   drop(source: string): void {
     for (const [key, t] of this.topics) {
-      if (this.cluster !== null && source.startsWith('s')) for (const user of t.table.countsOf(source).keys()) this.cluster.changed(key, user);
+      if (this.cluster !== null && isShard(source)) for (const user of t.table.countsOf(source).keys()) this.cluster.changed(key, user);
       const before = t.table.size;
       t.table.drop(source);
       if (t.table.size !== before) this.dirty.add(key);
@@ -158,11 +161,6 @@ export class PresenceHub {
     }
   }
 
-  /** The state now (flushed or not), or undefined for a topic nobody is present on. */
-  current(key: string): ReadonlyMap<string, number> | undefined {
-    return this.topics.get(key)?.table.current();
-  }
-
   /**
    * The state now, for an admin read or a socket not joined to the topic.
    * In cluster mode a topic this node does not watch is read from Redis.
@@ -171,23 +169,13 @@ export class PresenceHub {
     const t = this.topics.get(key);
     if (this.cluster === null || (t !== undefined && t.loaded && t.subscribers.size > 0)) return t?.table.current() ?? new Map();
     const users = await this.cluster.readAll(key);
-    if (t !== undefined) {
-      for (const src of t.table.sourceIds()) {
-        if (!src.startsWith('s')) continue;
-        for (const [u, n] of t.table.countsOf(src)) users.set(u, (users.get(u) ?? 0) + n);
-      }
-    }
+    if (t !== undefined) for (const [u, n] of t.table.sum(isShard)) users.set(u, (users.get(u) ?? 0) + n);
     return users;
   }
 
   /** The table, for the cluster link (this node's counts as one source). */
   table(key: string): PresenceTable | undefined {
     return this.topics.get(key)?.table;
-  }
-
-  /** Topic keys with a table. */
-  keys(): IterableIterator<string> {
-    return this.topics.keys();
   }
 
   /** Sends every dirty table's flush to its subscribers. */

@@ -24,7 +24,7 @@
 import { type Config, presenceChannel, presenceKey } from '@sluice/core';
 import { createRedisClient, nodeOptions, type RedisClient, RedisHealth, ShardedSubscriptions } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
-import type { PresenceHub } from './presence-hub.ts';
+import { isShard, type PresenceHub } from './presence-hub.ts';
 
 const US = '\x1f';
 /** The hash field of the node's last write number: no user id holds a control character. */
@@ -175,24 +175,16 @@ export class PresenceCluster {
 
   /** The node-level counts of this node on a topic: the sum of its shards' sources. */
   private nodeCounts(key: string, only?: ReadonlySet<string>): Map<string, number> {
-    const table = this.hub.table(key);
-    const out = new Map<string, number>();
-    if (table === undefined) {
-      if (only !== undefined) for (const u of only) out.set(u, 0);
-      return out;
-    }
-    for (const src of table.sourceIds()) {
-      if (!src.startsWith('s')) continue;
-      for (const [u, n] of table.countsOf(src)) if (only === undefined || only.has(u)) out.set(u, (out.get(u) ?? 0) + n);
-    }
-    if (only !== undefined) for (const u of only) if (!out.has(u)) out.set(u, 0);
-    return out;
+    const all = this.hub.table(key)?.sum(isShard) ?? new Map<string, number>();
+    if (only === undefined) return all;
+    // The changed users, each with its count now (0: gone from this node).
+    return new Map([...only].map((u) => [u, all.get(u) ?? 0]));
   }
 
   private nodeHolds(key: string): boolean {
     const table = this.hub.table(key);
     if (table === undefined) return false;
-    for (const src of table.sourceIds()) if (src.startsWith('s') && table.countsOf(src).size > 0) return true;
+    for (const src of table.sourceIds()) if (isShard(src) && table.countsOf(src).size > 0) return true;
     return false;
   }
 
@@ -278,6 +270,7 @@ export class PresenceCluster {
   private async read(key: string, remote: Remote, nodes: readonly string[]): Promise<void> {
     if (nodes.length === 0) return;
     this.calls.read++;
+    const asked = nodes.map((n) => remote.seqs.get(n) ?? 0);
     const res = (await this.cmd.eval(READ_LUA, nodes.length, ...nodes.map((n) => presenceKey(key, n)))) as string[][];
     if (this.watched.get(key) !== remote) return;
     nodes.forEach((node, i) => {
@@ -289,7 +282,10 @@ export class PresenceCluster {
         if (flat[j] === SEQ_FIELD) seq = Number(flat[j + 1]);
         else counts.set(flat[j]!, Number(flat[j + 1]));
       }
-      if (seq < (remote.seqs.get(node) ?? 0)) return; // A newer message was applied meanwhile.
+      // A number below the one known: a newer message was applied while the read was on its way (skip the read), or,
+      // when it is below what was known when the read was asked, the hash was lost and started again (Redis lost
+      // its data, or it expired): the read is the truth then.
+      if (seq < (remote.seqs.get(node) ?? 0) && seq >= asked[i]!) return;
       remote.seqs.set(node, seq);
       this.hub.replace(`n:${node}`, key, counts);
     });

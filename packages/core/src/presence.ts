@@ -86,6 +86,16 @@ export class PresenceTable {
     return this.sources.keys();
   }
 
+  /** Per user, the sum over the sources `which` picks (those above 0 only). */
+  sum(which: (source: string) => boolean): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const [src, counts] of this.sources) {
+      if (!which(src)) continue;
+      for (const [u, n] of counts) out.set(u, (out.get(u) ?? 0) + n);
+    }
+    return out;
+  }
+
   /** What one source holds. */
   countsOf(source: string): ReadonlyMap<string, number> {
     return this.sources.get(source) ?? new Map();

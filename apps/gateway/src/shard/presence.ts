@@ -44,13 +44,6 @@ export class ShardPresence {
     return this.mesh.keepsPresence(key);
   }
 
-  /** Users this shard counts on presence topics, summed over topics. */
-  get members(): number {
-    let n = 0;
-    for (const m of this.local.values()) n += m.size;
-    return n;
-  }
-
   /** A socket's join of a presence topic completed: it counts from now on. */
   joined(d: SocketData, key: string): void {
     if (d.present?.has(key) === true) return;

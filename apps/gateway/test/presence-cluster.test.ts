@@ -191,11 +191,6 @@ describe('presence across three nodes on one Redis', () => {
       await eventually(async () => Object.keys((await presenceOf(c, 'room:r')).users).sort().join() === 'dave,erin', 5000);
       const frank = await connectAs(c, 'frank');
       assert.deepEqual(Object.keys((await joinPresence(frank, 'room:r')).users).sort(), ['dave', 'erin', 'frank']);
-      // And the nodes go on following each other's writes (a full write after the restart does not stop them).
-      dave.close();
-      const seen = new Set(['dave', 'erin', 'frank']);
-      await until(erin, seen, (u) => !u.has('dave'), 5000);
-      await until(frank, new Set(['dave', 'erin', 'frank']), (u) => !u.has('dave'), 5000);
       frank.close();
     } finally {
       assert.equal(await c.stop(), 0);

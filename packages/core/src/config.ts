@@ -71,9 +71,39 @@ export interface Config {
   readonly logLevel: LogLevel;
   /** WS_TRACING_MODULE: a module every thread imports to register an OpenTelemetry SDK; unset = no spans. */
   readonly tracingModule: string | undefined;
+  /** WS_AUTH=hook: the URL every upgrade (and every `refresh`) is POSTed to. */
+  readonly connectHookUrl: string | undefined;
+  readonly subscribeHookUrl: string | undefined;
+  /** Topic patterns whose joins ask the subscribe hook (compile with compileRights). */
+  readonly subscribeHookTopics: string | undefined;
+  readonly publishHookUrl: string | undefined;
+  /** Topic patterns whose publishes ask the publish hook (compile with compileRights). */
+  readonly publishHookTopics: string | undefined;
+  readonly hookTimeoutMs: number;
+  readonly hookMaxInflight: number;
+  readonly hookBreakerFailures: number;
+  readonly hookBreakerMs: number;
+  readonly hookMaxResponseBytes: number;
+  readonly hookSecret: string | undefined;
+  readonly subscribeCacheSize: number;
+  readonly webhookUrl: string | undefined;
+  readonly webhookSecret: string | undefined;
+  /** Comma-separated event types (validated against WEBHOOK_EVENTS). */
+  readonly webhookEvents: string;
+  readonly webhookBatchMax: number;
+  readonly webhookBatchMs: number;
+  readonly webhookQueueMax: number;
+  readonly webhookTimeoutMs: number;
+  readonly webhookRetryMaxMs: number;
+  readonly pushQueue: string;
+  readonly pushMaxDelayMs: number;
 }
 
-export const AUTH_MODES = ['none', 'jwt'] as const;
+export const AUTH_MODES = ['none', 'jwt', 'hook'] as const;
+
+/** The lifecycle events WS_WEBHOOK_URL may receive. */
+export const WEBHOOK_EVENTS = ['connect', 'disconnect', 'presence_join', 'presence_leave', 'topic_occupied', 'topic_vacated'] as const;
+export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 export type AuthMode = (typeof AUTH_MODES)[number];
 
 /** What loadConfig needs to know about the machine; the caller reads it. */
@@ -91,6 +121,9 @@ export const CONFIG_SECTIONS = [
   'Presence',
   'Redis',
   'Identity and upgrades',
+  'Backend hooks',
+  'Lifecycle webhooks',
+  'Offline push',
   'Admin and observability',
 ] as const;
 export type ConfigSection = (typeof CONFIG_SECTIONS)[number];
@@ -187,6 +220,35 @@ function topicPatterns(): ValueType<string> {
   const accepts = 'a comma-separated list of topic patterns (a topic name, a prefix ending in *, or *)';
   const one = /^[A-Za-z0-9:_.-]{1,200}\*?$|^\*$/;
   return { accepts, parse: (raw) => (raw.split(',').every((p) => one.test(p)) ? { ok: true, value: raw } : { ok: false, accepts }) };
+}
+
+function httpUrl(): ValueType<string> {
+  const accepts = 'an http:// or https:// URL';
+  return {
+    accepts,
+    parse(raw) {
+      let u: URL;
+      try {
+        u = new URL(raw);
+      } catch {
+        return { ok: false, accepts };
+      }
+      return (u.protocol === 'http:' || u.protocol === 'https:') && !/\s/.test(raw) ? { ok: true, value: raw } : { ok: false, accepts };
+    },
+  };
+}
+
+function eventList(): ValueType<string> {
+  const accepts = `a comma-separated list of ${WEBHOOK_EVENTS.join(', ')}`;
+  return {
+    accepts,
+    parse: (raw) => (raw.split(',').every((e) => (WEBHOOK_EVENTS as readonly string[]).includes(e)) ? { ok: true, value: raw } : { ok: false, accepts }),
+  };
+}
+
+function queueName(): ValueType<string> {
+  const accepts = 'a queue name of 1 to 100 letters, digits, - and _';
+  return { accepts, parse: (raw) => (/^[A-Za-z0-9_-]{1,100}$/.test(raw) ? { ok: true, value: raw } : { ok: false, accepts }) };
 }
 
 const REDIS_URL = /^rediss?:\/\/(?:[^\s@/]*@)?[A-Za-z0-9.\-[\]:]+(?::[0-9]{1,5})?(?:\/[0-9]{1,2})?$/;
@@ -451,6 +513,7 @@ const schema = [
     name: 'WS_AUTH', key: 'auth', section: 'Identity and upgrades',
     type: oneOf(AUTH_MODES), default: 'none',
     doc: '`jwt`: every upgrade needs a valid token (header, `?token=` or `bearer.` subprotocol) whose claims decide user, tenant and topic rights. ' +
+      '`hook`: every upgrade is asked of the backend at `WS_CONNECT_HOOK_URL`, whose answer decides them (docs/operations.md, Backend hooks). ' +
       '`none`: everyone is `anonymous` of tenant `default` and may join and publish anywhere; the start logs a warning.',
   }),
   v({
@@ -494,6 +557,129 @@ const schema = [
     type: int(1000, 31_536_000_000, 'ms'), default: 86_400_000,
     doc: 'How long a revocation (`POST /v1/revoke`) is kept: set it to at least the longest token lifetime, ' +
       'or a revoked token becomes usable again once its revocation is forgotten.',
+  }),
+
+  // Backend hooks
+  v({
+    name: 'WS_CONNECT_HOOK_URL', key: 'connectHookUrl', section: 'Backend hooks',
+    type: httpUrl(), default: undefined, defaultDoc: 'unset', secret: true,
+    doc: 'With `WS_AUTH=hook`: each upgrade POSTs its identity material (cookie, authorization, origin, client address, token) here and ' +
+      'the answer is the socket\'s identity or a refusal; a `refresh` frame asks it again. Required with `WS_AUTH=hook`, refused without it.',
+  }),
+  v({
+    name: 'WS_SUBSCRIBE_HOOK_URL', key: 'subscribeHookUrl', section: 'Backend hooks',
+    type: httpUrl(), default: undefined, defaultDoc: 'unset', secret: true,
+    doc: 'Joins of topics matching `WS_SUBSCRIBE_HOOK_TOPICS` are asked here (allow or deny, with a time the answer may be cached). ' +
+      'Set both or neither.',
+  }),
+  v({
+    name: 'WS_SUBSCRIBE_HOOK_TOPICS', key: 'subscribeHookTopics', section: 'Backend hooks',
+    type: topicPatterns(), default: undefined, defaultDoc: 'unset',
+    doc: 'Topic patterns whose joins ask `WS_SUBSCRIBE_HOOK_URL`, after the socket\'s own rights allowed the join.',
+  }),
+  v({
+    name: 'WS_PUBLISH_HOOK_URL', key: 'publishHookUrl', section: 'Backend hooks',
+    type: httpUrl(), default: undefined, defaultDoc: 'unset', secret: true,
+    doc: 'Publishes to topics matching `WS_PUBLISH_HOOK_TOPICS` are asked here: accepted (optionally with new `data`) or refused; ' +
+      'the ack follows the answer. Set both or neither.',
+  }),
+  v({
+    name: 'WS_PUBLISH_HOOK_TOPICS', key: 'publishHookTopics', section: 'Backend hooks',
+    type: topicPatterns(), default: undefined, defaultDoc: 'unset',
+    doc: 'Topic patterns whose publishes ask `WS_PUBLISH_HOOK_URL`, after the socket\'s rights and limits allowed the publish.',
+  }),
+  v({
+    name: 'WS_HOOK_TIMEOUT_MS', key: 'hookTimeoutMs', section: 'Backend hooks',
+    type: int(10, 60_000, 'ms'), default: 1000,
+    doc: 'A hook call not answered in this time fails: `unavailable` (503 with `Retry-After` at the upgrade).',
+  }),
+  v({
+    name: 'WS_HOOK_MAX_INFLIGHT', key: 'hookMaxInflight', section: 'Backend hooks',
+    type: int(1, 100_000, 'calls per hook per node'), default: 1000,
+    doc: 'Calls of one hook waiting for the backend at once, across the node\'s shards; one more is refused at once with `unavailable`.',
+  }),
+  v({
+    name: 'WS_HOOK_BREAKER_FAILURES', key: 'hookBreakerFailures', section: 'Backend hooks',
+    type: int(1, 10_000, 'failures in a row'), default: 5,
+    doc: 'Failures in a row (timeout, refused connection, non-2xx, an answer that is not the contract\'s) that open a hook\'s circuit breaker ' +
+      'in a shard: while open, calls are answered `unavailable` without asking the backend.',
+  }),
+  v({
+    name: 'WS_HOOK_BREAKER_MS', key: 'hookBreakerMs', section: 'Backend hooks',
+    type: int(100, 600_000, 'ms'), default: 5000,
+    doc: 'How long an open breaker refuses before one call probes the backend again; a success closes it, a failure opens it again.',
+  }),
+  v({
+    name: 'WS_HOOK_MAX_RESPONSE_BYTES', key: 'hookMaxResponseBytes', section: 'Backend hooks',
+    type: int(1024, 16_777_216, 'bytes'), default: 1_048_576,
+    doc: 'A hook answer larger than this is cut off and counts as a failure of the backend.',
+  }),
+  v({
+    name: 'WS_HOOK_SECRET', key: 'hookSecret', section: 'Backend hooks',
+    type: text('at least 32 characters without control characters', 32), default: undefined, defaultDoc: 'unset (hook calls unsigned)', secret: true,
+    doc: 'When set, every hook call carries `x-sluice-timestamp` and `x-sluice-signature` (HMAC-SHA256, as the webhooks), so the backend ' +
+      'can tell the gateway from anyone else who reaches it.',
+  }),
+  v({
+    name: 'WS_SUBSCRIBE_CACHE_SIZE', key: 'subscribeCacheSize', section: 'Backend hooks',
+    type: int(0, 10_000_000, 'decisions per shard; 0 = no cache'), default: 100_000,
+    doc: 'Subscribe-hook decisions a shard keeps per (tenant, user, topic) for the `cacheMs` the backend gave; the oldest go first.',
+  }),
+
+  // Lifecycle webhooks
+  v({
+    name: 'WS_WEBHOOK_URL', key: 'webhookUrl', section: 'Lifecycle webhooks',
+    type: httpUrl(), default: undefined, defaultDoc: 'unset (no webhooks)', secret: true,
+    doc: 'Lifecycle events (connect, disconnect, presence join and leave, topic occupied and vacated) are POSTed here in signed batches, ' +
+      'at least once, each with an id to deduplicate by. Needs `WS_WEBHOOK_SECRET`.',
+  }),
+  v({
+    name: 'WS_WEBHOOK_SECRET', key: 'webhookSecret', section: 'Lifecycle webhooks',
+    type: text('at least 32 characters without control characters', 32), default: undefined, defaultDoc: 'unset', secret: true,
+    doc: 'Key of the HMAC-SHA256 in `x-sluice-signature` over `<x-sluice-timestamp>.<body>`.',
+  }),
+  v({
+    name: 'WS_WEBHOOK_EVENTS', key: 'webhookEvents', section: 'Lifecycle webhooks',
+    type: eventList(), default: WEBHOOK_EVENTS.join(','), defaultDoc: 'every event',
+    doc: 'The event types sent; the others are not even collected.',
+  }),
+  v({
+    name: 'WS_WEBHOOK_BATCH_MAX', key: 'webhookBatchMax', section: 'Lifecycle webhooks',
+    type: int(1, 10_000, 'events'), default: 100,
+    doc: 'The most events in one POST.',
+  }),
+  v({
+    name: 'WS_WEBHOOK_BATCH_MS', key: 'webhookBatchMs', section: 'Lifecycle webhooks',
+    type: int(1, 60_000, 'ms'), default: 200,
+    doc: 'The longest an event waits for others to share its POST.',
+  }),
+  v({
+    name: 'WS_WEBHOOK_QUEUE_MAX', key: 'webhookQueueMax', section: 'Lifecycle webhooks',
+    type: int(1, 10_000_000, 'events'), default: 100_000,
+    doc: 'Events a node keeps while the receiver is slow or down; beyond it the oldest are dropped and counted ' +
+      '(`sluice_webhook_events_dropped_total`).',
+  }),
+  v({
+    name: 'WS_WEBHOOK_TIMEOUT_MS', key: 'webhookTimeoutMs', section: 'Lifecycle webhooks',
+    type: int(10, 120_000, 'ms'), default: 5000,
+    doc: 'A POST not answered 2xx in this time failed, and is retried.',
+  }),
+  v({
+    name: 'WS_WEBHOOK_RETRY_MAX_MS', key: 'webhookRetryMaxMs', section: 'Lifecycle webhooks',
+    type: int(10, 3_600_000, 'ms'), default: 30_000,
+    doc: 'Retries wait twice as long each time, with full jitter, up to this.',
+  }),
+
+  // Offline push
+  v({
+    name: 'WS_PUSH_QUEUE', key: 'pushQueue', section: 'Offline push',
+    type: queueName(), default: 'sluice-push',
+    doc: 'The BullMQ queue (on `REDIS_URL`) that `POST /v1/publish` with `push` adds jobs to, and `pnpm push-worker` takes them from.',
+  }),
+  v({
+    name: 'WS_PUSH_MAX_DELAY_MS', key: 'pushMaxDelayMs', section: 'Offline push',
+    type: int(0, 86_400_000, 'ms'), default: 3_600_000,
+    doc: 'The largest `push.delayMs` a publish may ask for.',
   }),
 
   // Admin and observability
@@ -604,9 +790,10 @@ export function loadConfig(
   }
 
   problems.push(...authProblems(env, values, invalid));
-  if (values.auth === 'jwt' && values.adminToken === undefined && values.adminInsecure !== true &&
+  problems.push(...hookProblems(env, values, invalid));
+  if ((values.auth === 'jwt' || values.auth === 'hook') && values.adminToken === undefined && values.adminInsecure !== true &&
     !invalid.has('ADMIN_TOKEN') && !invalid.has('ADMIN_INSECURE')) {
-    problems.push({ name: 'ADMIN_TOKEN', value: '', accepts: 'a token for the admin API with WS_AUTH=jwt ' +
+    problems.push({ name: 'ADMIN_TOKEN', value: '', accepts: `a token for the admin API with WS_AUTH=${String(values.auth)} ` +
       '(or ADMIN_INSECURE=1 when only trusted callers reach ADMIN_PORT)' });
   }
   if (!invalid.has('REDIS_URL') && !invalid.has('REDIS_CLUSTER')) {
@@ -644,7 +831,40 @@ function authProblems(env: Readonly<Record<string, string | undefined>>, values:
     return [{ name: 'WS_JWT_PUBLIC_KEY_FILE', value: shown('WS_JWT_PUBLIC_KEY_FILE'), accepts: 'unset when WS_JWT_SECRET is set (one key, one algorithm)' }];
   }
   return ['WS_JWT_SECRET', 'WS_JWT_PUBLIC_KEY_FILE', 'WS_JWT_ISSUER', 'WS_JWT_AUDIENCE'].filter((n) => isSet(env, n) && !invalid.has(n))
-    .map((name) => ({ name, value: shown(name), accepts: 'unset unless WS_AUTH=jwt (tokens are not checked with WS_AUTH=none)' }));
+    .map((name) => ({ name, value: shown(name), accepts: `unset unless WS_AUTH=jwt (tokens are not checked with WS_AUTH=${String(values.auth)})` }));
+}
+
+/** WS_AUTH=hook and its URL go together; so do each hook's URL and topics, and the webhook URL and its secret; presence's TTL holds a flush. */
+function hookProblems(env: Readonly<Record<string, string | undefined>>, values: Record<string, unknown>,
+  invalid: ReadonlySet<string>): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
+  const shown = (name: string) => (byName.get(name)!.secret ? REDACTED : env[name] ?? '');
+  if (!invalid.has('WS_AUTH') && !invalid.has('WS_CONNECT_HOOK_URL')) {
+    if (values.auth === 'hook' && values.connectHookUrl === undefined) {
+      problems.push({ name: 'WS_CONNECT_HOOK_URL', value: '', accepts: 'the backend URL that decides identities (WS_AUTH=hook is set)' });
+    } else if (values.auth !== 'hook' && values.connectHookUrl !== undefined) {
+      problems.push({ name: 'WS_CONNECT_HOOK_URL', value: shown('WS_CONNECT_HOOK_URL'), accepts: 'unset unless WS_AUTH=hook' });
+    }
+  }
+  const pairs: readonly (readonly [string, string, string])[] = [
+    ['WS_SUBSCRIBE_HOOK_URL', 'WS_SUBSCRIBE_HOOK_TOPICS', 'the topics whose joins ask'],
+    ['WS_PUBLISH_HOOK_URL', 'WS_PUBLISH_HOOK_TOPICS', 'the topics whose publishes ask'],
+    ['WS_WEBHOOK_URL', 'WS_WEBHOOK_SECRET', 'the key that signs the webhooks of'],
+  ];
+  for (const [url, other, what] of pairs) {
+    if (invalid.has(url) || invalid.has(other)) continue;
+    if (isSet(env, url) && !isSet(env, other)) problems.push({ name: other, value: '', accepts: `${what} ${url} (it is set)` });
+    else if (!isSet(env, url) && isSet(env, other)) problems.push({ name: other, value: shown(other), accepts: `unset unless ${url} is set` });
+  }
+  if (!invalid.has('WS_PRESENCE_TTL_MS') && !invalid.has('WS_PRESENCE_DIFF_MS') &&
+    (values.presenceTtlMs as number) < 4 * (values.presenceDiffMs as number)) {
+    // A lease of TTL/2, a renewal every TTL/4 and a flush must fit in the TTL.
+    const name = isSet(env, 'WS_PRESENCE_TTL_MS') || !isSet(env, 'WS_PRESENCE_DIFF_MS') ? 'WS_PRESENCE_TTL_MS' : 'WS_PRESENCE_DIFF_MS';
+    problems.push(name === 'WS_PRESENCE_TTL_MS'
+      ? { name, value: String(values.presenceTtlMs), accepts: `at least 4 × WS_PRESENCE_DIFF_MS (${String(values.presenceDiffMs)})` }
+      : { name, value: String(values.presenceDiffMs), accepts: `at most WS_PRESENCE_TTL_MS / 4 (${String(values.presenceTtlMs)} / 4)` });
+  }
+  return problems;
 }
 
 function isSet(env: Readonly<Record<string, string | undefined>>, name: string): boolean {

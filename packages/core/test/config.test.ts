@@ -99,6 +99,28 @@ test('an empty env gives the documented defaults and no warnings', () => {
     adminInsecure: false,
     logLevel: 'info',
     tracingModule: undefined,
+    connectHookUrl: undefined,
+    subscribeHookUrl: undefined,
+    subscribeHookTopics: undefined,
+    publishHookUrl: undefined,
+    publishHookTopics: undefined,
+    hookTimeoutMs: 1000,
+    hookMaxInflight: 1000,
+    hookBreakerFailures: 5,
+    hookBreakerMs: 5000,
+    hookMaxResponseBytes: 1048576,
+    hookSecret: undefined,
+    subscribeCacheSize: 100000,
+    webhookUrl: undefined,
+    webhookSecret: undefined,
+    webhookEvents: 'connect,disconnect,presence_join,presence_leave,topic_occupied,topic_vacated',
+    webhookBatchMax: 100,
+    webhookBatchMs: 200,
+    webhookQueueMax: 100000,
+    webhookTimeoutMs: 5000,
+    webhookRetryMaxMs: 30000,
+    pushQueue: 'sluice-push',
+    pushMaxDelayMs: 3600000,
   };
   assert.deepEqual({ ...config }, expected);
   assert.deepEqual(warnings, []);
@@ -205,6 +227,9 @@ test('integer ranges: min and max are accepted, one past either is refused', () 
     for (const edge of [range.min, range.max]) {
       const env: Record<string, string> = { [spec.name]: String(edge) };
       if (partner !== undefined) env[partner] = String(edge);
+      // The TTL must hold four flushes: give the other side room.
+      if (spec.name === 'WS_PRESENCE_DIFF_MS') env.WS_PRESENCE_TTL_MS = '3600000';
+      if (spec.name === 'WS_PRESENCE_TTL_MS') env.WS_PRESENCE_DIFF_MS = '10';
       const { config } = loadConfig(env, host);
       assert.equal(config[spec.key], edge, `${spec.name}=${edge}`);
     }
@@ -218,6 +243,34 @@ test('integer ranges: min and max are accepted, one past either is refused', () 
       );
     }
   }
+});
+
+test('WS_AUTH=hook needs WS_CONNECT_HOOK_URL and ADMIN_TOKEN; the URL without it is refused', () => {
+  const url = 'http://127.0.0.1:3000/connect';
+  assert.deepEqual(problemsOf({ WS_AUTH: 'hook' }).map((p) => p.name), ['WS_CONNECT_HOOK_URL', 'ADMIN_TOKEN']);
+  assert.deepEqual(problemsOf({ WS_AUTH: 'hook', WS_CONNECT_HOOK_URL: url, ADMIN_TOKEN: 'x'.repeat(32) }), []);
+  const wrong = problemsOf({ WS_CONNECT_HOOK_URL: url });
+  assert.deepEqual(wrong.map((p) => [p.name, p.value]), [['WS_CONNECT_HOOK_URL', '[redacted]']]);
+  assert.match(wrong[0]!.accepts, /unless WS_AUTH=hook/);
+  assert.deepEqual(problemsOf({ WS_AUTH: 'hook', WS_CONNECT_HOOK_URL: 'ftp://x/', ADMIN_INSECURE: '1' }).map((p) => p.name), ['WS_CONNECT_HOOK_URL']);
+  assert.deepEqual(problemsOf({ WS_AUTH: 'hook', WS_CONNECT_HOOK_URL: 'not a url', ADMIN_INSECURE: '1' }).map((p) => p.name), ['WS_CONNECT_HOOK_URL']);
+  // A JWT key with WS_AUTH=hook would look like it does something.
+  assert.deepEqual(problemsOf({ WS_AUTH: 'hook', WS_CONNECT_HOOK_URL: url, ADMIN_INSECURE: '1', WS_JWT_SECRET: 's'.repeat(32) }).map((p) => p.name),
+    ['WS_JWT_SECRET']);
+});
+
+test('each hook URL goes with its topics, the webhook URL with its secret, every problem named at once', () => {
+  const problems = problemsOf({ WS_SUBSCRIBE_HOOK_URL: 'http://b/sub', WS_PUBLISH_HOOK_TOPICS: 'chat:*', WS_WEBHOOK_URL: 'https://b/hooks',
+    WS_WEBHOOK_EVENTS: 'connect,exploded' });
+  assert.deepEqual(problems.map((p) => p.name).sort(), ['WS_PUBLISH_HOOK_TOPICS', 'WS_SUBSCRIBE_HOOK_TOPICS', 'WS_WEBHOOK_EVENTS', 'WS_WEBHOOK_SECRET']);
+  assert.deepEqual(problemsOf({ WS_SUBSCRIBE_HOOK_URL: 'http://b/sub', WS_SUBSCRIBE_HOOK_TOPICS: 'room:*',
+    WS_WEBHOOK_URL: 'https://b/hooks', WS_WEBHOOK_SECRET: 'k'.repeat(32), WS_WEBHOOK_EVENTS: 'connect,disconnect' }), []);
+});
+
+test('WS_PRESENCE_TTL_MS must hold four WS_PRESENCE_DIFF_MS (a lease, a renewal and a flush)', () => {
+  assert.deepEqual(problemsOf({ WS_PRESENCE_TTL_MS: '4000', WS_PRESENCE_DIFF_MS: '1000' }), []);
+  assert.deepEqual(problemsOf({ WS_PRESENCE_TTL_MS: '3999' }).map((p) => p.name), ['WS_PRESENCE_TTL_MS']);
+  assert.deepEqual(problemsOf({ WS_PRESENCE_DIFF_MS: '7501' }).map((p) => p.name), ['WS_PRESENCE_DIFF_MS']);
 });
 
 test('WS_HARD_MAX_FRAME_BYTES must be at least WS_MAX_FRAME_BYTES', () => {

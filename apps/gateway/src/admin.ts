@@ -199,7 +199,7 @@ export function controlCommand(path: '/v1/revoke' | '/v1/disconnect' | '/v1/subs
   if (typeof tenant !== 'string' || !TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
   switch (path) {
     case '/v1/revoke': {
-      if (cfg.auth !== 'jwt') throw bad('revocation needs WS_AUTH=jwt: this gateway takes no tokens');
+      if (cfg.auth === 'none') throw bad('revocation needs WS_AUTH=jwt or hook: this gateway takes no tokens');
       const { user, jti } = body;
       if ((user === undefined) === (jti === undefined)) throw bad('name exactly one of user (every token of the user) and jti (one token)');
       const expiresAt = now + cfg.revocationTtlMs;

@@ -6,7 +6,13 @@
 export const MAX_SHARDS = 256;
 
 const FLAGS = 0;
+/** Hook calls in flight on the node, one slot per hook URL (connect with refresh, subscribe, publish). */
+const HOOKS_BASE = 1;
 const SOCKETS_BASE = 8;
+
+/** The slot of a hook's in-flight count. */
+export const HookSlot = { connect: 0, subscribe: 1, publish: 2 } as const;
+export type HookSlot = (typeof HookSlot)[keyof typeof HookSlot];
 
 export const Flag = {
   /** Every shard listens. */
@@ -34,6 +40,21 @@ export class SharedState {
 
   clear(flag: number): void {
     Atomics.and(this.i32, FLAGS, ~flag);
+  }
+
+  /** Takes a place for one call of a hook if fewer than `max` are in flight on the node; false when none is free. */
+  takeHookCall(slot: HookSlot, max: number): boolean {
+    if (Atomics.add(this.i32, HOOKS_BASE + slot, 1) < max) return true;
+    Atomics.sub(this.i32, HOOKS_BASE + slot, 1);
+    return false;
+  }
+
+  releaseHookCall(slot: HookSlot): void {
+    Atomics.sub(this.i32, HOOKS_BASE + slot, 1);
+  }
+
+  hookCalls(slot: HookSlot): number {
+    return Atomics.load(this.i32, HOOKS_BASE + slot);
   }
 
   addSockets(shard: number, delta: number): void {

@@ -157,8 +157,10 @@ export function afterRefusal(status: number, body: string, retryAfterHeader: str
         ? newToken('token_revoked', { report: 'token_revoked', reason: 'token_revoked' })
         : newToken('unauthorized', { report: 'unauthorized', reason: parsed.reason ?? 'unauthorized' });
     case 403:
-      // Only the Origin check refuses with 403: retrying from the same page cannot succeed.
-      return { kind: 'stop', error: 'forbidden_origin', reason: parsed.reason ?? 'forbidden_origin' };
+      // The Origin check (`forbidden_origin`) or the backend's connect hook (`forbidden`): retrying as is cannot succeed.
+      return parsed.reason === 'forbidden'
+        ? { kind: 'stop', error: 'forbidden', reason: 'forbidden' }
+        : { kind: 'stop', error: 'forbidden_origin', reason: parsed.reason ?? 'forbidden_origin' };
     default:
       // 503 unavailable, 429 ip_rate_limited / tenant_rate_limited (with a hint), 429 too_many_sockets (without: plain backoff), ...
       return reconnect({ retryAfterMs, reason: parsed.reason ?? `http_${status}` });

@@ -104,6 +104,8 @@ describe('refusals at the upgrade', () => {
     const noBody = afterRefusal(401, '', undefined);
     assert.ok(noBody.kind === 'reconnect' && noBody.refreshToken && noBody.tokenReason === 'unauthorized' && noBody.reason === 'unauthorized');
     assert.deepEqual(afterRefusal(403, '{"reason":"forbidden_origin"}', undefined), { kind: 'stop', error: 'forbidden_origin', reason: 'forbidden_origin' });
+    assert.deepEqual(afterRefusal(403, '{"reason":"forbidden","message":"banned"}', undefined), { kind: 'stop', error: 'forbidden', reason: 'forbidden' },
+      'the connect hook refused with 403');
   });
 
   test('401 token_revoked: a new token, asked as token_revoked, reported as token_revoked, plain backoff', () => {

@@ -114,7 +114,8 @@ export function identityFromClaims(claims: Readonly<Record<string, unknown>>): C
   };
 }
 
-function rightsClaim(value: unknown, name: string): Rights | string {
+/** A claim (or hook answer field) of topic patterns: the compiled rights, or what it should have been. */
+export function rightsClaim(value: unknown, name: string): Rights | string {
   const accepts = `${name} must be a list of at most ${MAX_RIGHTS_PATTERNS} topic patterns (a topic, optionally ending in *)`;
   if (!Array.isArray(value) || value.length > MAX_RIGHTS_PATTERNS) return accepts;
   for (const p of value) if (typeof p !== 'string' || !TOPIC_RIGHT_PATTERN.test(p)) return accepts;

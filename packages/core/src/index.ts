@@ -19,3 +19,4 @@ export * from './socket-options.ts';
 export * from './control.ts';
 export * from './user-sockets.ts';
 export * from './presence.ts';
+export * from './hooks.ts';

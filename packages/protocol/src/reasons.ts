@@ -53,5 +53,7 @@ export const UpgradeRefusals = [
   'token_revoked',
   /** 429: the user has WS_MAX_USER_SOCKETS sockets open across the cluster (2026-12). */
   'too_many_sockets',
+  /** 403: the connect hook (WS_AUTH=hook) refused with status 403; with the backend's `message` when it gave one (2026-12). */
+  'forbidden',
 ] as const;
 export type UpgradeRefusal = (typeof UpgradeRefusals)[number];

@@ -182,7 +182,7 @@ describe('UpgradeRefusals', () => {
   test('the refusals of PROTOCOL.md, its 2026-12 additions and the gateway\'s own, each once', () => {
     assert.deepEqual([...UpgradeRefusals].sort(), [
       'unavailable', 'unauthorized', 'forbidden_origin', 'ip_rate_limited', 'tenant_rate_limited', 'bad_request', 'headers_too_large',
-      'internal', 'token_revoked', 'too_many_sockets',
+      'internal', 'token_revoked', 'too_many_sockets', 'forbidden',
     ].sort());
     assert.equal(new Set(UpgradeRefusals).size, UpgradeRefusals.length);
   });

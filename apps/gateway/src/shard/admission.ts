@@ -6,11 +6,12 @@
  * written afterwards goes in one cork. Touches no socket data but the
  * record it makes.
  */
-import { ANONYMOUS, checkHandshake, chooseSubprotocol, clientAddress, type Identity, type OriginRule, parseOriginList,
+import { ANONYMOUS, type ConnectAnswer, parseConnectAnswer, checkHandshake, chooseSubprotocol, clientAddress, type Identity, type OriginRule, parseOriginList,
   type Refusal, retryAfterSeconds, retryHint, type Revocations, tenantConnectWindowKey, userKey } from '@sluice/core';
 import { endSpan, type Span } from '@sluice/telemetry';
 import { type HttpRequest, type HttpResponse, upgradeCorked, type us_socket_context_t } from '@sluice/uws';
 import { tokenFrom, type Verifier } from '../auth.ts';
+import type { HookClient } from '../hooks.ts';
 import type { SharedLimits } from '../shared-limits.ts';
 import type { UserSocketCap } from '../user-socket-cap.ts';
 import type { ShardContext } from './context.ts';
@@ -29,6 +30,38 @@ interface Admitted {
 interface TenantFull {
   readonly tenantWaitMs: number;
 }
+/** WS_AUTH=hook: the backend refused (401 or 403, with its message). */
+interface HookRefused {
+  readonly status: 401 | 403;
+  readonly message: string | undefined;
+}
+/** WS_AUTH=hook: the backend failed (or its breaker is open, or the node's calls in flight are at the cap): 503, come back then. */
+interface HookDown {
+  readonly hookDownMs: number;
+}
+/** What the connect hook is sent: the request's identity material, read before upgrade() returns. */
+interface Material {
+  readonly ip: string;
+  readonly origin: string;
+  readonly cookie: string;
+  readonly authorization: string;
+  readonly token: string | undefined;
+  readonly userAgent: string;
+}
+
+/** The connect hook's request body; empty headers are left out. */
+export function connectBody(node: string, m: Material): string {
+  return JSON.stringify({
+    hook: 'connect', node, ip: m.ip,
+    origin: m.origin === '' ? undefined : m.origin,
+    cookie: m.cookie === '' ? undefined : m.cookie,
+    authorization: m.authorization === '' ? undefined : m.authorization,
+    token: m.token,
+    userAgent: m.userAgent === '' ? undefined : m.userAgent,
+  });
+}
+
+const isRefusal = (a: ConnectAnswer): boolean => !a.allow;
 
 export class Admission {
   private readonly origins: readonly OriginRule[] | undefined;
@@ -46,6 +79,8 @@ export class Admission {
     private readonly revocations: Revocations,
     /** WS_MAX_USER_SOCKETS: null when off. */
     private readonly cap: UserSocketCap | null,
+    /** WS_AUTH=hook: the backend that decides identities; null otherwise. */
+    private readonly hook: HookClient | null,
   ) {
     const cfg = ctx.cfg;
     this.origins = cfg.allowedOrigins === undefined ? undefined : parseOriginList(cfg.allowedOrigins);
@@ -77,8 +112,11 @@ export class Admission {
     const offered = req.getHeader('sec-websocket-protocol');
     const extensions = req.getHeader('sec-websocket-extensions');
     const protocol = chooseSubprotocol(offered);
-    const token = this.verifier === null ? undefined
-      : tokenFrom({ authorization: req.getHeader('authorization'), protocols: offered, query });
+    const authorization = req.getHeader('authorization');
+    const token = this.verifier === null && this.hook === null ? undefined : tokenFrom({ authorization, protocols: offered, query });
+    const material: Material | undefined = this.hook === null ? undefined : {
+      ip, origin: req.getHeader('origin'), cookie: req.getHeader('cookie'), authorization, token, userAgent: req.getHeader('user-agent'),
+    };
     const span = this.ctx.tracing?.upgrade(req.getHeader('traceparent'));
     // uWS requires an abort handler while the upgrade waits.
     let aborted = false;
@@ -88,7 +126,7 @@ export class Admission {
     });
     // A place claimed under WS_MAX_USER_SOCKETS that no socket took yet: given back unless the upgrade completes.
     let claimedKey: string | undefined;
-    this.admit(ip, token, span).then((who) => {
+    this.admit(ip, token, material, span).then((who) => {
       if (typeof who === 'object' && 'identity' in who && who.claimed) claimedKey = userKey(who.identity.tenant, who.identity.user);
       let outcome: string;
       if (aborted) outcome = 'aborted';
@@ -97,6 +135,8 @@ export class Admission {
       else if (who === TOO_MANY) outcome = this.refuse(res, { reason: 'too_many_sockets', status: '429 Too Many Requests', why: 'user at cap' });
       else if (typeof who === 'string') outcome = this.refuse(res, { reason: 'unauthorized', status: '401 Unauthorized', why: who });
       else if ('tenantWaitMs' in who) outcome = this.refuseWithRetry(res, 'tenant_rate_limited', '429 Too Many Requests', who.tenantWaitMs);
+      else if ('hookDownMs' in who) outcome = this.refuseWithRetry(res, 'unavailable', '503 Service Unavailable', who.hookDownMs);
+      else if ('status' in who) outcome = this.refuseHook(res, who);
       else if (!this.available()) outcome = this.refuseUnavailable(res);
       else {
         outcome = this.accept(res, context, key, protocol, extensions, ip, who.identity, who.claimed);
@@ -132,24 +172,49 @@ export class Admission {
    * Who may come in: the identity, or the ms to wait (IP window full), or
    * why the token was refused. Every attempt counts toward the IP window.
    */
-  private async admit(ip: string, token: string | undefined, span: Span | undefined): Promise<Admitted | number | string | TenantFull> {
+  private async admit(ip: string, token: string | undefined, material: Material | undefined,
+    span: Span | undefined): Promise<Admitted | number | string | TenantFull | HookRefused | HookDown> {
     const wait = await this.limits.connect(ip);
     if (wait !== 0) return wait;
-    if (this.verifier === null) return { identity: ANONYMOUS, claimed: false };
-    if (token === undefined) return 'no token';
-    const auth = span === undefined ? undefined : this.ctx.tracing!.child(span, 'sluice.auth');
-    const now = Date.now();
-    const v = await this.verifier.verify(token, now);
-    endSpan(auth, v.ok ? undefined : 'unauthorized');
-    if (!v.ok) return v.why;
+    let identity: Identity;
+    if (this.hook !== null) {
+      const auth = span === undefined ? undefined : this.ctx.tracing!.child(span, 'sluice.hook');
+      const r = await this.hook.call('connect', connectBody(this.ctx.task.nodeId, material!), (json) => parseConnectAnswer(json, Date.now()), isRefusal);
+      endSpan(auth, r.ok ? (r.value.allow ? undefined : 'unauthorized') : 'unavailable');
+      if (!r.ok) return { hookDownMs: r.retryAfterMs };
+      if (!r.value.allow) return { status: r.value.status, message: r.value.message };
+      identity = r.value.identity;
+    } else {
+      if (this.verifier === null) return { identity: ANONYMOUS, claimed: false };
+      if (token === undefined) return 'no token';
+      const auth = span === undefined ? undefined : this.ctx.tracing!.child(span, 'sluice.auth');
+      const v = await this.verifier.verify(token, Date.now());
+      endSpan(auth, v.ok ? undefined : 'unauthorized');
+      if (!v.ok) return v.why;
+      identity = v.identity;
+    }
     // Two map lookups: the revocations are in memory (fed by the coordinator).
-    if (this.revocations.size > 0 && this.revocations.revoked(v.identity, now)) return REVOKED;
-    const tenantWaitMs = await this.limits.tenantUpgrade(tenantConnectWindowKey(v.identity.tenant));
+    if (this.revocations.size > 0 && this.revocations.revoked(identity, Date.now())) return REVOKED;
+    const tenantWaitMs = await this.limits.tenantUpgrade(tenantConnectWindowKey(identity.tenant));
     if (tenantWaitMs !== 0) return { tenantWaitMs };
-    if (this.cap === null) return { identity: v.identity, claimed: false };
-    const claim = await this.cap.claim(userKey(v.identity.tenant, v.identity.user));
+    if (this.cap === null) return { identity, claimed: false };
+    const claim = await this.cap.claim(userKey(identity.tenant, identity.user));
     if (claim === 'refused') return TOO_MANY;
-    return { identity: v.identity, claimed: claim === 'claimed' };
+    return { identity, claimed: claim === 'claimed' };
+  }
+
+  /** The connect hook's refusal: 401 `unauthorized` or 403 `forbidden`, with the backend's message (escaped) when it gave one. */
+  private refuseHook(res: HttpResponse, r: HookRefused): 'unauthorized' | 'forbidden' {
+    const reason = r.status === 401 ? 'unauthorized' : 'forbidden';
+    this.ctx.counters.upgrades[reason]++;
+    if (this.ctx.lines.refused.enabled) {
+      this.ctx.lines.refused.write({ reason, why: 'connect hook refused', ip: Buffer.from(res.getRemoteAddressAsText()).toString() }, 'upgrade refused');
+    }
+    const body = r.message === undefined ? `{"reason":"${reason}"}` : `{"reason":"${reason}","message":${JSON.stringify(r.message)}}`;
+    res.cork(() => {
+      res.writeStatus(r.status === 401 ? '401 Unauthorized' : '403 Forbidden').writeHeader('content-type', 'application/json').end(body, true);
+    });
+    return reason;
   }
 
   /** A plain-HTTP refusal at the upgrade; no socket is opened. `why` goes to the debug log, never a token. */
@@ -191,7 +256,7 @@ export class Admission {
     who: Identity, claimed: boolean): 'accepted' {
     const t = this.ctx.task;
     const data = newSocketData(`${t.nodeId}.${t.shard}.${t.generation}.${(++this.seq).toString(36)}`, who, ip,
-      this.ctx.cfg.userMsgLimit > 0 && this.verifier !== null, claimed);
+      this.ctx.cfg.userMsgLimit > 0 && this.ctx.cfg.auth !== 'none', claimed);
     this.ctx.counters.upgrades.accepted++;
     // Not res.cork(): see upgradeCorked.
     upgradeCorked(res, () => res.upgrade(data, key, protocol, extensions, context));

@@ -43,7 +43,7 @@ export class ShardContext {
   /** Log lines left out by the throttle, by level. */
   readonly suppressed = suppressedCounts();
   readonly lines: { readonly rejected: ThrottledLine; readonly refused: ThrottledLine; readonly closed: ThrottledLine;
-    readonly degraded: ThrottledLine };
+    readonly degraded: ThrottledLine; readonly hooks: ThrottledLine };
 
   constructor(readonly task: ShardTask, readonly tracing: ShardTracing | null) {
     this.cfg = task.config;
@@ -53,6 +53,7 @@ export class ShardContext {
       refused: new ThrottledLine(this.log, 'debug', this.suppressed),
       closed: new ThrottledLine(this.log, 'info', this.suppressed),
       degraded: new ThrottledLine(this.log, 'warn', this.suppressed),
+      hooks: new ThrottledLine(this.log, 'warn', this.suppressed),
     };
   }
 }

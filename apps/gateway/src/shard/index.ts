@@ -17,6 +17,7 @@ import { eventFrameData, PROTOCOL_VERSION } from '@sluice/protocol';
 import { loadTracing, registerThreadMetrics } from '@sluice/telemetry';
 import { loadUws, type us_listen_socket, useUpgradeCork, type Uws } from '@sluice/uws';
 import { Verifier } from '../auth.ts';
+import { type ShardHooks, shardHooks } from '../hooks.ts';
 import { type Backplane, createBackplane, storeOf } from '../backplane.ts';
 import type { FromShardControl, ToShardControl } from '../control.ts';
 import type { SharedLimits } from '../shared-limits.ts';
@@ -81,6 +82,7 @@ class Shard {
   private readonly fanOut: FanOut;
   private readonly app: ReturnType<typeof buildApp>;
   private readonly threadMetrics: { stop(): void };
+  private readonly hooks: ShardHooks;
   /** Settles waiting for the coordinator's memory window store. */
   private readonly settles = new PendingRequests<readonly WindowState[]>();
   /** Claims waiting for the coordinator's user-socket store (embedded mode). */
@@ -127,11 +129,12 @@ class Shard {
     const topics = new Topics<Recovery>(this.broker, ctx.lines.degraded);
     const recoveries = new Recoveries(ctx, this.broker, topics, lane);
     const verifier = cfg.auth === 'jwt' ? new Verifier(cfg) : null;
+    const hooks = (this.hooks = shardHooks(cfg, this.shared, registry, ctx.lines.hooks));
     const now = Date.now();
     for (const r of task.revocations) this.revocations.add(r, now);
     const users = new SocketIndex<Socket>();
     const tokens = new SocketIndex<Socket>();
-    this.cap = cfg.maxUserSockets === 0 || cfg.auth !== 'jwt' ? null : new UserSocketCap(cfg.maxUserSockets, this.userStore(), `${task.nodeId}.${task.shard}.${task.generation}`,
+    this.cap = cfg.maxUserSockets === 0 || cfg.auth === 'none' ? null : new UserSocketCap(cfg.maxUserSockets, this.userStore(), `${task.nodeId}.${task.shard}.${task.generation}`,
       ctx.log, () => this.claimAll(), this.backplane.redis?.health);
     // Presence diffs go out as the fan-out's events do; the fan-out is made with the app, below.
     const presence = this.backplane.mesh.presence === null ? null
@@ -145,10 +148,10 @@ class Shard {
     if (hub !== null) hub.cluster = this.presenceCluster;
     this.session = new Session(ctx, {
       metrics: this.metrics, broker: this.broker, mesh: this.backplane.mesh, limits: this.limits, shared: this.shared, topics, recoveries, lane,
-      replies: new Replies(), verifier, revocations: this.revocations, users, tokens, cap: this.cap, presence,
+      replies: new Replies(), verifier, revocations: this.revocations, users, tokens, cap: this.cap, presence, hooks,
     });
     this.actions = new AdminActions(ctx, this.session, users, tokens, this.revocations);
-    const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable(), this.revocations, this.cap);
+    const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable(), this.revocations, this.cap, hooks.connect);
     const app = buildApp(this.uws, cfg, ctx.log, {
       admission,
       opened: this.session.opened,
@@ -415,6 +418,7 @@ class Shard {
     this.settles.close('the shard stopped');
     this.userClaims.close('the shard stopped');
     this.threadMetrics.stop();
+    this.hooks.close();
   }
 
   private closeListenSocket(): void {

@@ -21,7 +21,7 @@ export interface ShardCounters {
   readonly upgrades: Record<UpgradeRefusal | 'accepted' | 'aborted', number>;
   readonly closes: Record<string, number>;
   /** `refresh` frames, by outcome: ok, or the reason of the refusal. */
-  readonly refreshes: Record<'ok' | 'unauthorized' | 'forbidden' | 'bad_request', number>;
+  readonly refreshes: Record<'ok' | 'unauthorized' | 'forbidden' | 'bad_request' | 'unavailable', number>;
   /** Sockets each admin action closed (revoke, disconnect), joined (subscribe) or made leave (unsubscribe). */
   readonly adminSockets: Record<ControlAction, number>;
   /** `$user` events written (or queued) to sockets. */
@@ -36,7 +36,7 @@ export function newCounters(): ShardCounters {
     upgrades: zeros(['accepted', ...UpgradeRefusals, 'aborted']),
     closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0, buffer_limit: 0, congested: 0, slow_consumer: 0,
       token_expired: 0, token_revoked: 0, disconnected: 0 },
-    refreshes: { ok: 0, unauthorized: 0, forbidden: 0, bad_request: 0 },
+    refreshes: { ok: 0, unauthorized: 0, forbidden: 0, bad_request: 0, unavailable: 0 },
     adminSockets: { revoke: 0, disconnect: 0, subscribe: 0, unsubscribe: 0 },
     userDeliveries: 0,
   };

@@ -20,11 +20,14 @@ import type { ShardContext } from './context.ts';
 import type { ShardMetrics } from './metrics.ts';
 import type { Recoveries, Recovery } from './recovery.ts';
 import type { Replies } from './replies.ts';
-import { closeSocket, type Socket, type SocketData } from './socket-data.ts';
+import { closeSocket, type HookJoin, type Socket, type SocketData } from './socket-data.ts';
 import type { Topics } from './topics.ts';
 import type { SocketIndex } from './socket-index.ts';
 import type { UserSocketCap } from '../user-socket-cap.ts';
 import type { ShardPresence } from './presence.ts';
+import type { ShardHooks } from '../hooks.ts';
+import { type ConnectAnswer, parseConnectAnswer, parsePublishAnswer, parseSubscribeAnswer, type PublishAnswer,
+  type SubscribeAnswer } from '@sluice/core';
 
 const CRASH_FRAME = '{"type":"debug.crash"}';
 const utf8 = new TextDecoder();
@@ -51,7 +54,14 @@ export interface SessionParts {
   readonly cap: UserSocketCap | null;
   /** WS_PRESENCE_TOPICS: null when no topic keeps presence. */
   readonly presence: ShardPresence | null;
+  /** The backend hooks (WS_AUTH=hook, WS_SUBSCRIBE_HOOK_URL, WS_PUBLISH_HOOK_URL): each client null when not configured. */
+  readonly hooks: ShardHooks;
 }
+
+const CLASS_NAMES = ['durable', 'keyed', 'ephemeral'] as const;
+const isConnectRefusal = (a: ConnectAnswer): boolean => !a.allow;
+const isSubscribeRefusal = (a: SubscribeAnswer): boolean => !a.allow;
+const isPublishRefusal = (a: PublishAnswer): boolean => !a.allow;
 
 export class Session {
   /** Every open socket of this shard. */
@@ -233,6 +243,58 @@ export class Session {
       return;
     }
     clearStrikes(d);
+    const hooks = this.p.hooks;
+    // Behind a publish the backend is deciding, every later publish of the socket waits its turn: one sender's events stay in order.
+    if (d.hookPubs !== null || (hooks.publish !== null && allows(hooks.publishTopics!, f.topic))) {
+      d.inflight++;
+      (d.hookPubs ??= []).push(f);
+      if (d.hookPubs.length === 1) this.nextHooked(ws, d);
+      return;
+    }
+    this.send(ws, d, f);
+  }
+
+  /**
+   * The oldest waiting publish of the socket: asked of the publish hook
+   * (when its topic is one), then sent to the broker, or refused; then the
+   * next. The ack follows the backend's answer.
+   */
+  private nextHooked(ws: Socket, d: SocketData): void {
+    const queue = d.hookPubs!;
+    const hooks = this.p.hooks;
+    while (queue.length > 0 && !allows(hooks.publishTopics!, queue[0]!.topic)) {
+      d.inflight--;
+      this.send(ws, d, queue.shift()!);
+    }
+    if (queue.length === 0) {
+      d.hookPubs = null;
+      return;
+    }
+    const f = queue[0]!;
+    const maxData = this.ctx.cfg.maxFrameBytes;
+    hooks.publish!.call('publish', publishBody(this.ctx.task.nodeId, d, f), (json) => parsePublishAnswer(json, maxData), isPublishRefusal,
+      f.idempotencyKey === undefined ? undefined : { 'idempotency-key': f.idempotencyKey }).then((r) => {
+      d.inflight--;
+      if (!d.open) {
+        d.hookPubs = null;
+        return;
+      }
+      ws.cork(() => {
+        if (!r.ok) this.reject(ws, d, f.ref, 'unavailable', r.retryAfterMs, 'the backend did not decide this publish (WS_PUBLISH_HOOK_URL)');
+        else if (!r.value.allow) this.reject(ws, d, f.ref, 'forbidden', undefined, r.value.message ?? 'the backend refused this publish');
+        else this.send(ws, d, r.value.dataJson === undefined ? f : { ...f, dataJson: r.value.dataJson });
+        if (!d.open) {
+          d.hookPubs = null;
+          return;
+        }
+        queue.shift();
+        this.nextHooked(ws, d);
+      });
+    });
+  }
+
+  /** A publish the rights, limits and hook allowed: to the broker, and the ack when it answers. */
+  private send(ws: Socket, d: SocketData, f: PublishFrame): void {
     d.inflight++;
     let inline = true;
     const t0 = performance.now();
@@ -262,13 +324,66 @@ export class Session {
       ws.send(encodeReplyOk(f.ref), false);
       return;
     }
+    const pending = d.hookJoins?.get(f.topic);
+    if (pending !== undefined && !pending.cancelled) {
+      // The backend is deciding this topic for an earlier join: this one is answered as that one is.
+      pending.waiting.push(f);
+      return;
+    }
     if (!allows(d.join, f.topic)) {
       this.reject(ws, d, f.ref, 'forbidden', undefined, `the token does not allow joining ${f.topic}`);
       return;
     }
     const maxJoins = this.ctx.cfg.maxJoins;
-    if ((d.topics?.size ?? 0) >= maxJoins) {
+    if ((d.topics?.size ?? 0) + (d.hookJoins?.size ?? 0) >= maxJoins) {
       this.reject(ws, d, f.ref, 'too_many_joins', undefined, `at most ${maxJoins} joined topics per socket`);
+      return;
+    }
+    const hooks = this.p.hooks;
+    if (hooks.subscribe !== null && allows(hooks.subscribeTopics!, f.topic)) {
+      const cacheKey = `${d.userKey}\u0000${f.topic}`;
+      const hit = hooks.cache.get(cacheKey, Date.now());
+      if (hit === undefined) {
+        this.askSubscribe(ws, d, f, cacheKey);
+        return;
+      }
+      if (!hit.allow) {
+        this.reject(ws, d, f.ref, 'forbidden', undefined, hit.message ?? `the backend does not allow joining ${f.topic}`);
+        return;
+      }
+    }
+    this.joinNow(ws, d, f);
+  }
+
+  /** The subscribe hook decides a join; the socket's other frames go on meanwhile. */
+  private askSubscribe(ws: Socket, d: SocketData, f: JoinFrame, cacheKey: string): void {
+    const entry: HookJoin = { cancelled: false, waiting: [] };
+    (d.hookJoins ??= new Map()).set(f.topic, entry);
+    const body = `{"hook":"subscribe","node":${JSON.stringify(this.ctx.task.nodeId)},"tenant":"${d.tenant}","user":${JSON.stringify(d.user)},` +
+      `"connectionId":"${d.id}","topic":"${f.topic}"}`;
+    this.p.hooks.subscribe!.call('subscribe', body, parseSubscribeAnswer, isSubscribeRefusal).then((r) => {
+      if (d.hookJoins?.get(f.topic) === entry) d.hookJoins.delete(f.topic);
+      if (d.hookJoins?.size === 0) d.hookJoins = null;
+      if (r.ok) this.p.hooks.cache.set(cacheKey, r.value.allow, r.value.message, r.value.cacheMs, Date.now());
+      if (!d.open) return;
+      ws.cork(() => {
+        if (!r.ok) this.reject(ws, d, f.ref, 'unavailable', r.retryAfterMs, 'the backend did not decide this join (WS_SUBSCRIBE_HOOK_URL)');
+        else if (!r.value.allow) this.reject(ws, d, f.ref, 'forbidden', undefined, r.value.message ?? `the backend does not allow joining ${f.topic}`);
+        // Left before the backend answered: the join happened, the leave undid it.
+        else if (entry.cancelled) ws.send(encodeReplyOk(f.ref), false);
+        else this.joinNow(ws, d, f);
+        for (const w of entry.waiting) {
+          if (!d.open) return;
+          this.join(ws, d, w);
+        }
+      });
+    });
+  }
+
+  /** A join every check allowed: the topic is acquired (subscribed by its owner), then the reply, or the replay of `since` first. */
+  private joinNow(ws: Socket, d: SocketData, f: JoinFrame): void {
+    if ((d.topics?.size ?? 0) >= this.ctx.cfg.maxJoins) {
+      this.reject(ws, d, f.ref, 'too_many_joins', undefined, `at most ${this.ctx.cfg.maxJoins} joined topics per socket`);
       return;
     }
     clearStrikes(d);
@@ -311,6 +426,14 @@ export class Session {
   private leave(ws: Socket, d: SocketData, f: LeaveFrame): void {
     const key = d.topics?.get(f.topic);
     if (key === undefined) {
+      const pending = d.hookJoins?.get(f.topic);
+      if (pending !== undefined && !pending.cancelled) {
+        // The join the backend is deciding will not take effect.
+        pending.cancelled = true;
+        clearStrikes(d);
+        ws.send(encodeReplyOk(f.ref), false);
+        return;
+      }
       this.reject(ws, d, f.ref, 'not_joined', undefined, `not joined to ${f.topic}`);
       return;
     }
@@ -332,9 +455,31 @@ export class Session {
   /** A new token for the open socket: checked as at the upgrade, then the expiry and rights are replaced. */
   private refresh(ws: Socket, d: SocketData, f: RefreshFrame): void {
     const verifier = this.p.verifier;
+    const hook = this.p.hooks.connect;
+    if (hook !== null) {
+      const body = `{"hook":"refresh","node":${JSON.stringify(this.ctx.task.nodeId)},"ip":${JSON.stringify(d.ip)},"tenant":"${d.tenant}",` +
+        `"user":${JSON.stringify(d.user)},"connectionId":"${d.id}","token":${JSON.stringify(f.token)}}`;
+      hook.call('refresh', body, (json) => parseConnectAnswer(json, Date.now()), isConnectRefusal).then((r) => {
+        if (!d.open) return;
+        ws.cork(() => {
+          const counts = this.ctx.counters.refreshes;
+          if (!r.ok) {
+            counts.unavailable++;
+            this.reject(ws, d, f.ref, 'unavailable', r.retryAfterMs, 'the backend did not decide this refresh (WS_CONNECT_HOOK_URL)');
+          } else if (!r.value.allow) {
+            const reason = r.value.status === 401 ? 'unauthorized' : 'forbidden';
+            counts[reason]++;
+            this.reject(ws, d, f.ref, reason, undefined, r.value.message ?? 'the backend refused this refresh');
+          } else {
+            this.refreshed(ws, d, f, { ok: true, identity: r.value.identity });
+          }
+        });
+      });
+      return;
+    }
     if (verifier === null) {
       this.ctx.counters.refreshes.bad_request++;
-      this.reject(ws, d, f.ref, 'bad_request', undefined, 'refresh needs WS_AUTH=jwt: this gateway takes no tokens');
+      this.reject(ws, d, f.ref, 'bad_request', undefined, 'refresh needs WS_AUTH=jwt or hook: this gateway takes no tokens');
       return;
     }
     verifier.verify(f.token, Date.now()).then((v) => {
@@ -376,8 +521,8 @@ export class Session {
     if (who.expiresAt !== d.expiresAt) {
       if (d.expiresAt !== Infinity) this.expiry.delete(ws, d.expiresAt);
       d.expiresAt = who.expiresAt;
-      // The Verifier accepts only a token whose exp is still ahead.
-      this.expiry.add(ws, who.expiresAt);
+      // The Verifier (and the hook's answer check) accepts only an expiry still ahead; a hook identity may have none.
+      if (who.expiresAt !== Infinity) this.expiry.add(ws, who.expiresAt);
     }
     d.join = who.join;
     d.pub = who.publish;
@@ -395,7 +540,7 @@ export class Session {
       }
     }
     counts.ok++;
-    ws.send(encodeReplyOk(f.ref, `{"expiresAt":${who.expiresAt}}`), false);
+    ws.send(encodeReplyOk(f.ref, who.expiresAt === Infinity ? '{}' : `{"expiresAt":${who.expiresAt}}`), false);
   }
 
   /**
@@ -448,6 +593,13 @@ export class Session {
     ws.cork(() => ws.send(encodeUnsubscribed(topic, 'removed'), false));
     return true;
   }
+}
+
+/** The publish hook's request body: who, where, and the data as sent (spliced, already JSON). */
+function publishBody(node: string, d: SocketData, f: PublishFrame): string {
+  return `{"hook":"publish","node":${JSON.stringify(node)},"tenant":"${d.tenant}","user":${JSON.stringify(d.user)},"connectionId":"${d.id}",` +
+    `"topic":"${f.topic}","class":"${CLASS_NAMES[f.cls]}"${f.key === undefined ? '' : `,"key":${JSON.stringify(f.key)}`}` +
+    `${f.idempotencyKey === undefined ? '' : `,"idempotencyKey":${JSON.stringify(f.idempotencyKey)}`},"data":${f.dataJson}}`;
 }
 
 /** The `ref` of a frame the guard refused, read from its first bytes without decoding it. */

@@ -5,7 +5,7 @@
  */
 import { type FixedWindowState, type Identity, type Mailbox, type MailItem, type Rights, type StrikeState, tenantWindowKey, userKey,
   userWindowKey } from '@sluice/core';
-import { closeCodeOf, type CloseReason, encodeCloseReason } from '@sluice/protocol';
+import { closeCodeOf, type CloseReason, encodeCloseReason, type JoinFrame, type PublishFrame } from '@sluice/protocol';
 import type { WebSocket } from '@sluice/uws';
 import type { LaneData } from '../slow-lane.ts';
 
@@ -40,6 +40,10 @@ export interface SocketData extends FixedWindowState, StrikeState, LaneData {
   topics: Map<string, string> | null;
   /** Joined topics the operator subscribed the socket to (`POST /v1/subscribe`): a refresh's rights do not take them away. */
   granted: Set<string> | null;
+  /** Joins waiting for the subscribe hook, by topic (not yet in `topics`); created on the first. */
+  hookJoins: Map<string, HookJoin> | null;
+  /** Publishes waiting for (or queued behind) the publish hook, oldest first: they reach the broker in frame order. */
+  hookPubs: PublishFrame[] | null;
   /** Presence topics (keys) whose join completed: the socket counts toward its user's presence there. */
   present: Set<string> | null;
   /** Since when the socket's unsent bytes are above the soft limit; -1 when they are not. */
@@ -50,6 +54,12 @@ export interface SocketData extends FixedWindowState, StrikeState, LaneData {
 }
 
 export type Socket = WebSocket<SocketData>;
+
+/** A join the subscribe hook is deciding: a `leave` meanwhile cancels it; joins of the same topic meanwhile wait for it. */
+export interface HookJoin {
+  cancelled: boolean;
+  readonly waiting: JoinFrame[];
+}
 
 /** Every field set, in one order, so that every socket's data has one shape. */
 export function newSocketData(id: string, who: Identity, ip: string, userLimit: boolean, claimed: boolean): SocketData {
@@ -72,6 +82,8 @@ export function newSocketData(id: string, who: Identity, ip: string, userLimit: 
     inflight: 0,
     topics: null,
     granted: null,
+    hookJoins: null,
+    hookPubs: null,
     present: null,
     congestedSince: -1,
     mailbox: null,

@@ -26,7 +26,7 @@ export class ShardTracing {
       { 'sluice.auth': this.cfg.auth, 'sluice.shard': this.shard });
   }
 
-  child(parent: Span, name: 'sluice.auth' | 'sluice.history'): Span {
+  child(parent: Span, name: 'sluice.auth' | 'sluice.hook' | 'sluice.history'): Span {
     return startSpan(this.tracer, name, SpanKind.INTERNAL, parent);
   }
 

@@ -63,9 +63,13 @@ async function main(): Promise<void> {
     log.warn('WS_AUTH=none: every client is user "anonymous" of tenant "default" and may join and publish anywhere; ' +
       'set WS_AUTH=jwt for anything reachable from outside');
   }
+  if (config.auth === 'hook' && config.allowedOrigins === undefined) {
+    log.warn('WS_AUTH=hook without WS_ALLOWED_ORIGINS: a foreign web page can open sockets with a visitor\'s cookies ' +
+      '(the connect hook gets them and the origin); set WS_ALLOWED_ORIGINS unless the backend checks origin itself');
+  }
   if (config.adminToken === undefined) {
     log.warn(`ADMIN_TOKEN is unset: the admin API (publish, revoke, disconnect, subscribe, drain) is open to anyone who reaches ${
-      config.adminHost}:${config.adminPort}${config.auth === 'jwt' ? ' (ADMIN_INSECURE=1)' : ''}`);
+      config.adminHost}:${config.adminPort}${config.auth === 'none' ? '' : ' (ADMIN_INSECURE=1)'}`);
   }
   /** Exits 0 once the coordinator has stopped, 1 if stopping failed. */
   const exitAfter = (what: string, done: Promise<void>): void => {

@@ -83,6 +83,10 @@ describe('the connect hook (WS_AUTH=hook)', () => {
     assert.equal(await metricValue(gw, 'sluice_upgrades_total', '{outcome="forbidden"}'), 1);
   });
 
+  test('the start warns that without WS_ALLOWED_ORIGINS a foreign page could use a visitor\'s cookies', () => {
+    assert.ok(gw.logs.some((l) => String(l['msg']).startsWith('WS_AUTH=hook without WS_ALLOWED_ORIGINS')));
+  });
+
   test('every answer that is not the contract\'s fails the upgrade with 503 and Retry-After, counted, and the node goes on', async () => {
     const answers: [string, Rule][] = [
       ['not JSON', () => ({ raw: 'user=alice' })],
@@ -215,6 +219,38 @@ describe('a backend that hangs or fails: timeout, breaker, recovery', () => {
     a.close();
     b.close();
     backend.release();
+  });
+});
+
+describe('the in-flight cap (WS_HOOK_MAX_INFLIGHT), across the node\'s shards', () => {
+  let backend: HookBackend;
+  let gw: Gateway;
+  before(async () => {
+    backend = await HookBackend.start();
+    gw = await startGateway({ WS_AUTH: 'hook', WS_CONNECT_HOOK_URL: backend.url('/connect'), WS_HOOK_MAX_INFLIGHT: '3',
+      WS_HOOK_BREAKER_FAILURES: '1000', WS_HOOK_TIMEOUT_MS: '5000', WS_WORKERS: '2' });
+  });
+  after(async () => {
+    assert.equal(await gw.stop(), 0);
+    await backend.stop();
+  });
+
+  test('with three calls waiting on the node, a fourth upgrade is refused at once with 503, and the places come back', async () => {
+    backend.rule = () => ({ hang: true });
+    const waiting = Array.from({ length: 3 }, () => rawUpgrade(gw.port, { path: '/ws?token=u:w' }));
+    await eventually(() => backend.calls.length === 3);
+    const t0 = Date.now();
+    const fourth = await rawUpgrade(gw.port, { path: '/ws?token=u:w' });
+    assert.equal(fourth.status, 503);
+    assert.ok(Date.now() - t0 < 2000, 'refused without waiting for the backend');
+    assert.equal(backend.calls.length, 3, 'the fourth never reached the backend');
+    assert.equal(await metricValue(gw, 'sluice_hook_connect_calls_total', '{outcome="overloaded"}'), 1);
+    // The backend drops the three: they fail (error), and their places are free again.
+    backend.release();
+    for (const r of await Promise.all(waiting)) assert.equal(r.status, 503);
+    backend.rule = admitting;
+    const ok = await Promise.all(Array.from({ length: 3 }, (_, i) => connectAs(gw, `after${i}`)));
+    for (const c of ok) c.close();
   });
 });
 

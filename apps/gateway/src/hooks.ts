@@ -74,11 +74,6 @@ export class HookClient {
     this.slot = Slots[kind];
   }
 
-  /** Whether the breaker is open now (the next call would not reach the backend). */
-  get open(): boolean {
-    return this.openUntil !== 0 && (Date.now() < this.openUntil || this.probing);
-  }
-
   /**
    * POSTs `body` (JSON) and parses the answer with `parse`. Refusals are the
    * parser's `value`; `refused` says which values are one, for the metrics.

@@ -306,6 +306,7 @@ export class Coordinator {
     this.links.delete(shard);
     this.nodeMetrics.retire(shard);
     this.shared.resetSockets(shard);
+    this.shared.resetHookCalls(shard);
     // Its sockets are gone: they stop counting toward their users' caps now, not after the holder TTL.
     for (const h of link.holders) this.userSockets.drop(h);
     // Asks still waiting get their fallbacks now, not at their deadlines.

@@ -70,7 +70,7 @@ export class PushQueue {
       const nonce = randomBytes(9).toString('base64url');
       const data: PushJobData = { tenant, user, collapseKey: push.collapseKey, notification, nonce };
       try {
-        await this.queue.add('push', data, {
+        const opts = {
           jobId, delay: push.delayMs,
           // Done jobs go, so that a later publish with the same key makes a new notification.
           removeOnComplete: true,
@@ -78,8 +78,15 @@ export class PushQueue {
           attempts: 100, backoff: { type: 'sluice' },
           // Dead jobs stay (the newest 10000), to be looked at and counted.
           removeOnFail: { count: 10_000 },
-        });
-        const stored = await this.queue.getJob(jobId);
+        };
+        await this.queue.add('push', data, opts);
+        let stored = await this.queue.getJob(jobId);
+        // A dead job holds the id: it gives way to the new notification (it was logged and counted when it died).
+        if (stored !== undefined && (stored.data as PushJobData).nonce !== nonce && await stored.getState() === 'failed') {
+          await stored.remove();
+          await this.queue.add('push', data, opts);
+          stored = await this.queue.getJob(jobId);
+        }
         // Gone already (delay 0, sent and removed): it was ours.
         if (stored === undefined || (stored.data as PushJobData).nonce === nonce) queued.push(user);
         else collapsed.push(user);

@@ -193,6 +193,11 @@ describe('offline push: gateway, BullMQ on a real Redis, the push worker and a r
     assert.ok(job !== undefined, 'the dead job is kept');
     assert.equal(await job.getState(), 'failed');
     assert.deepEqual(job.data.user, 'doomed');
+    // The dead job holds the id until a publish with the same key: that one makes a new notification.
+    failNext.set('doomed', 0);
+    const res = await push(['doomed'], { collapseKey: 'k', notification: { t: 2 } });
+    assert.deepEqual(await res.json(), { online: [], push: { queued: ['doomed'], collapsed: [] } });
+    await until(() => assert.deepEqual(forUser('doomed').filter((r) => r.status === 200).map((r) => r.body.notification), [{ t: 2 }]), 10_000);
   });
 
   test('every bad push is a 400 naming the field, and nothing is enqueued or sent', async () => {

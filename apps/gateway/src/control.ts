@@ -32,6 +32,8 @@ export type ToShardControl =
 
 export type FromShardControl =
   | { readonly op: 'listening'; readonly port: number }
+  /** WS_WEBHOOK_URL: lifecycle events (JSON objects) for the node's webhook queue. */
+  | { readonly op: 'webhook'; readonly events: readonly string[] }
   | { readonly op: 'metrics'; readonly rid: number; readonly json: MetricsJson }
   | { readonly op: 'published'; readonly rid: number; readonly res: PublishResult }
   | { readonly op: 'history'; readonly rid: number; readonly res: HistoryResult }

@@ -25,6 +25,7 @@ import { RedisWatch } from './redis-watch.ts';
 import { Flag, SharedState } from './shared-state.ts';
 import type { ShardExit, ShardTask } from './shard/task.ts';
 import { probeCorkInPlace, type UwsBuild } from '@sluice/uws';
+import { WebhookSender } from './webhooks.ts';
 
 /**
  * From source (`pnpm start`, the tests) the shards run under tsx through
@@ -57,6 +58,9 @@ class ShardLink {
     this.port.postMessage(m, transfer);
   }
 }
+
+/** How long a stopping node keeps sending the webhook events it holds. */
+const WEBHOOK_STOP_MS = 2000;
 
 export interface Started {
   readonly port: number;
@@ -92,6 +96,8 @@ export class Coordinator {
   private control: ControlPlane | undefined;
   /** Cluster mode: the nodes alive (leases in Redis). */
   private nodes: NodeRegistry | undefined;
+  /** WS_WEBHOOK_URL: the node's lifecycle webhook queue. */
+  private readonly webhooks: WebhookSender | undefined;
 
   constructor(
     private readonly config: Config,
@@ -99,6 +105,8 @@ export class Coordinator {
     private readonly opts: { testHooks: boolean; onDrainRequest?: () => void; tracer?: Tracer | null; uws: UwsBuild },
   ) {
     this.registerMetrics();
+    this.webhooks = config.webhookUrl === undefined ? undefined
+      : new WebhookSender(config, config.webhookUrl, config.webhookSecret!, this.nodeId, log, this.registry);
   }
 
   /** Whether an upgrade keeps the socket's address here: probed once per process, before the first shard starts. */
@@ -244,6 +252,8 @@ export class Coordinator {
     const timedOut = await Promise.race([all.then(() => false), delay(STOP_TIMEOUT_MS).then(() => true)]);
     if (timedOut) this.log.warn('shards did not stop in time');
     await this.waitForClosedSockets();
+    // The shards have handed over their last events (disconnects of the stop included).
+    await this.webhooks?.stop(WEBHOOK_STOP_MS);
     await new Promise<void>((resolve) => (this.admin ? this.admin.close(() => resolve()) : resolve()));
     this.admin?.closeAllConnections();
     await this.pool?.destroy();
@@ -349,6 +359,9 @@ export class Coordinator {
     switch (m.op) {
       case 'listening':
         link.listening?.(m.port);
+        return;
+      case 'webhook':
+        this.webhooks?.add(m.events);
         return;
       case 'claim':
         link.holders.add(m.holder);

@@ -7,8 +7,7 @@
  * a call is a promise, and the socket or upgrade that made it goes on when
  * it settles; other sockets are not behind it.
  */
-import { createHmac } from 'node:crypto';
-import { compileRights, type Config, type HookFailure, type HookName, type HookOutcome, HOOK_NAMES, HOOK_OUTCOMES, type HookParse, type Rights } from '@sluice/core';
+import { compileRights, type Config, type HookFailure, type HookName, type HookOutcome, HOOK_NAMES, HOOK_OUTCOMES, type HookParse, type Rights, signBody } from '@sluice/core';
 import { counterFrom, gaugeFrom, IndexedHistogram, type Registry } from '@sluice/telemetry';
 import { Agent, request } from 'undici';
 import { type HookSlot, HookSlot as Slots, type SharedState } from './shared-state.ts';
@@ -46,11 +45,6 @@ export class HookStats {
 /** The undici dispatcher a shard's hooks share: keep-alive connections, at most the in-flight cap per origin. */
 export function hookAgent(cfg: Config): Agent {
   return new Agent({ connections: cfg.hookMaxInflight, pipelining: 1, keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000 });
-}
-
-/** `v1=<hex HMAC-SHA256 of "<timestamp>.<body>">`: the signature of hook calls and webhooks. */
-export function signBody(secret: string, timestamp: string, body: string): string {
-  return `v1=${createHmac('sha256', secret).update(`${timestamp}.${body}`).digest('hex')}`;
 }
 
 export class HookClient {

@@ -87,10 +87,17 @@ export class PresenceHub {
     return t;
   }
 
+  /** WS_WEBHOOK_URL: a user's first socket on a topic came (or its last went), by a change of this node's shards or a node's end. */
+  onPresence: ((key: string, user: string, joined: boolean) => void) | null = null;
+
   /** A source's absolute count of a user's sockets on the topic. */
   set(source: string, key: string, user: string, n: number): void {
     if (n === 0 && !this.topics.has(key)) return;
-    this.topic(key).table.set(source, user, n);
+    const table = this.topic(key).table;
+    const before = this.onPresence === null ? 0 : table.count(user);
+    table.set(source, user, n);
+    // Only this node's own changes are reported: every node holds the whole table, and would report the others' too.
+    if (this.onPresence !== null && isShard(source) && (before === 0) !== (table.count(user) === 0)) this.onPresence(key, user, before === 0);
     this.dirty.add(key);
     if (this.cluster !== null && isShard(source)) this.cluster.changed(key, user);
   }
@@ -107,7 +114,9 @@ export class PresenceHub {
     for (const [key, t] of this.topics) {
       if (this.cluster !== null && isShard(source)) for (const user of t.table.countsOf(source).keys()) this.cluster.changed(key, user);
       const before = t.table.size;
+      const gone = this.onPresence === null ? [] : [...t.table.countsOf(source).keys()];
       t.table.drop(source);
+      for (const user of gone) if (t.table.count(user) === 0) this.onPresence!(key, user, false);
       if (t.table.size !== before) this.dirty.add(key);
     }
   }

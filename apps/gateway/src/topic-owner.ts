@@ -26,6 +26,8 @@ export class TopicOwner {
   private readonly links = new Map<number, HubLink>();
   private readonly subscribers = new Map<string, Set<number>>();
   readonly stats: HubStats = { published: { durable: 0, keyed: 0, ephemeral: 0 } };
+  /** WS_WEBHOOK_URL: the node's first subscribing shard of a topic came (true), or its last went (false). */
+  onOccupancy: ((topic: string, occupied: boolean) => void) | null = null;
 
   constructor(
     opts: { historySize: number; historyTtlMs: number },
@@ -43,13 +45,19 @@ export class TopicOwner {
     this.links.delete(shard);
     for (const [topic, set] of this.subscribers) {
       set.delete(shard);
-      if (set.size === 0) this.subscribers.delete(topic);
+      if (set.size === 0) {
+        this.subscribers.delete(topic);
+        this.onOccupancy?.(topic, false);
+      }
     }
   }
 
   subscribe(shard: number, topic: string): void {
     let set = this.subscribers.get(topic);
-    if (set === undefined) this.subscribers.set(topic, (set = new Set()));
+    if (set === undefined) {
+      this.subscribers.set(topic, (set = new Set()));
+      this.onOccupancy?.(topic, true);
+    }
     set.add(shard);
   }
 
@@ -57,7 +65,10 @@ export class TopicOwner {
     const set = this.subscribers.get(topic);
     if (set === undefined) return;
     set.delete(shard);
-    if (set.size === 0) this.subscribers.delete(topic);
+    if (set.size === 0) {
+      this.subscribers.delete(topic);
+      this.onOccupancy?.(topic, false);
+    }
   }
 
   publish(tenant: string, req: PublishFields): PublishResult {

@@ -6,7 +6,7 @@
  * BullMQ retries it with exponential backoff until PUSH_ATTEMPTS, then the
  * job is dead: kept in the failed set and counted.
  */
-import { createHmac } from 'node:crypto';
+import { signBody } from '@sluice/core';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type Job, UnrecoverableError, Worker } from 'bullmq';
@@ -29,10 +29,8 @@ export interface PushJobData {
   readonly notification: unknown;
 }
 
-/** `v1=<hex>`: HMAC-SHA256 of `<timestamp>.<body>` with the secret (the lifecycle webhooks' scheme). */
-export function sign(secret: string, timestamp: string, body: string): string {
-  return `v1=${createHmac('sha256', secret).update(`${timestamp}.${body}`).digest('hex')}`;
-}
+/** `v1=<hex>`: HMAC-SHA256 of `<timestamp>.<body>` with the secret (the lifecycle webhooks' scheme, one helper in @sluice/core). */
+export const sign = signBody;
 
 export class PushWorker {
   readonly registry = new Registry();

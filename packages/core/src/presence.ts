@@ -37,6 +37,11 @@ export class PresenceTable {
   /** The next flush sends everything: the table is new (an owner that restarted) and replicas must be replaced, not patched. */
   private fullNext = true;
 
+  /** A user's sockets on the topic, summed over the sources. */
+  count(user: string): number {
+    return this.total.get(user) ?? 0;
+  }
+
   /** Users present now (count > 0 somewhere). */
   get size(): number {
     return this.total.size;

@@ -18,6 +18,7 @@ import { loadTracing, registerThreadMetrics } from '@sluice/telemetry';
 import { loadUws, type us_listen_socket, useUpgradeCork, type Uws } from '@sluice/uws';
 import { Verifier } from '../auth.ts';
 import { type ShardHooks, shardHooks } from '../hooks.ts';
+import { Lifecycle } from './lifecycle.ts';
 import { type Backplane, createBackplane, storeOf } from '../backplane.ts';
 import type { FromShardControl, ToShardControl } from '../control.ts';
 import type { SharedLimits } from '../shared-limits.ts';
@@ -83,6 +84,8 @@ class Shard {
   private readonly app: ReturnType<typeof buildApp>;
   private readonly threadMetrics: { stop(): void };
   private readonly hooks: ShardHooks;
+  /** WS_WEBHOOK_URL: the shard's lifecycle events, on their way to the coordinator; null without it. */
+  private readonly lifecycle: Lifecycle | null;
   /** Settles waiting for the coordinator's memory window store. */
   private readonly settles = new PendingRequests<readonly WindowState[]>();
   /** Claims waiting for the coordinator's user-socket store (embedded mode). */
@@ -130,6 +133,12 @@ class Shard {
     const recoveries = new Recoveries(ctx, this.broker, topics, lane);
     const verifier = cfg.auth === 'jwt' ? new Verifier(cfg) : null;
     const hooks = (this.hooks = shardHooks(cfg, this.shared, task.shard, registry, ctx.lines.hooks));
+    const lifecycle = (this.lifecycle = cfg.webhookUrl === undefined ? null
+      : new Lifecycle(cfg, `${task.nodeId}.${task.shard}.${task.generation}`, task.nodeId, (events) => this.tell({ op: 'webhook', events })));
+    if (lifecycle !== null) {
+      this.backplane.mesh.hub.onOccupancy = (key, occupied) => lifecycle.occupancy(key, occupied);
+      if (this.backplane.mesh.presence !== null) this.backplane.mesh.presence.onPresence = (key, user, joined) => lifecycle.presence(key, user, joined);
+    }
     const now = Date.now();
     for (const r of task.revocations) this.revocations.add(r, now);
     const users = new SocketIndex<Socket>();
@@ -148,7 +157,7 @@ class Shard {
     if (hub !== null) hub.cluster = this.presenceCluster;
     this.session = new Session(ctx, {
       metrics: this.metrics, broker: this.broker, mesh: this.backplane.mesh, limits: this.limits, shared: this.shared, topics, recoveries, lane,
-      replies: new Replies(), verifier, revocations: this.revocations, users, tokens, cap: this.cap, presence, hooks,
+      replies: new Replies(), verifier, revocations: this.revocations, users, tokens, cap: this.cap, presence, hooks, lifecycle,
     });
     this.actions = new AdminActions(ctx, this.session, users, tokens, this.revocations);
     const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable(), this.revocations, this.cap, hooks.connect);
@@ -419,6 +428,7 @@ class Shard {
     this.userClaims.close('the shard stopped');
     this.threadMetrics.stop();
     this.hooks.close();
+    this.lifecycle?.flush();
   }
 
   private closeListenSocket(): void {

@@ -26,6 +26,7 @@ import type { SocketIndex } from './socket-index.ts';
 import type { UserSocketCap } from '../user-socket-cap.ts';
 import type { ShardPresence } from './presence.ts';
 import type { ShardHooks } from '../hooks.ts';
+import type { Lifecycle } from './lifecycle.ts';
 import { type ConnectAnswer, parseConnectAnswer, parsePublishAnswer, parseSubscribeAnswer, type PublishAnswer,
   type SubscribeAnswer } from '@sluice/core';
 
@@ -56,6 +57,8 @@ export interface SessionParts {
   readonly presence: ShardPresence | null;
   /** The backend hooks (WS_AUTH=hook, WS_SUBSCRIBE_HOOK_URL, WS_PUBLISH_HOOK_URL): each client null when not configured. */
   readonly hooks: ShardHooks;
+  /** WS_WEBHOOK_URL: connects and disconnects are reported; null without it. */
+  readonly lifecycle: Lifecycle | null;
 }
 
 const CLASS_NAMES = ['durable', 'keyed', 'ephemeral'] as const;
@@ -100,6 +103,7 @@ export class Session {
     if (d.jti !== undefined) this.p.tokens.add(tokenKey(d.tenant, d.jti), ws);
     this.p.shared.addSockets(this.ctx.task.shard, 1);
     ws.send(welcomeFrame(this.welcome, d.id, d.expiresAt), false);
+    this.p.lifecycle?.connect(d.tenant, d.user, d.id);
     // A revocation may have arrived between the upgrade's check and now.
     if (this.p.revocations.size > 0 && this.p.revocations.revoked(d, Date.now())) {
       this.close(ws, d, 'token_revoked');
@@ -112,9 +116,10 @@ export class Session {
     }
   };
 
-  readonly closed = (ws: Socket): void => {
+  readonly closed = (ws: Socket, code: number): void => {
     const d = ws.getUserData();
     d.open = false;
+    this.p.lifecycle?.disconnect(d.tenant, d.user, d.id, code);
     this.sockets.delete(ws);
     this.p.users.delete(d.userKey, ws);
     if (d.jti !== undefined) this.p.tokens.delete(tokenKey(d.tenant, d.jti), ws);

@@ -5,6 +5,7 @@ import { type Config, type ControlCommand, describeCommand, type DisconnectTarge
 import { decodeFrameObject, encodeEventFrame, EVENT_ID_PATTERN, type PublishFrame, TOPIC_PATTERN, TRACEPARENT_PATTERN, USER_TOPIC } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
 import { keepsPresence, presencePatterns } from './presence-hub.ts';
+import type { PushRequest, PushResult } from './push-queue.ts';
 
 /** What a publish to users came to: the users among those named that had a socket open, or not sent at all. */
 export type UsersResult = { readonly ok: true; readonly online: readonly string[] } | { readonly ok: false; readonly reason: 'unavailable'; readonly message: string };
@@ -26,6 +27,10 @@ export interface AdminDeps {
   presence(tenant: string, topic: string): Promise<string | undefined>;
   /** Sends one `$user` event frame to every open socket of `users` (of `tenant`) on every node. */
   toUsers(tenant: string, users: readonly string[], frame: string): Promise<UsersResult>;
+  /** Which of `users` (of `tenant`) have a socket open on some node now; nothing is sent. */
+  online(tenant: string, users: readonly string[]): Promise<UsersResult>;
+  /** Offline push: a job per user of `users`; undefined in embedded mode (no BullMQ). */
+  push: ((tenant: string, users: readonly string[], push: PushRequest) => Promise<PushResult>) | undefined;
   /** Starts the drain, as SIGTERM does; the admin server keeps answering until the process exits. */
   drain(): void;
 }
@@ -38,6 +43,7 @@ export const ADMIN_ROUTES = [
   { method: 'POST', path: '/v1/publish', auth: true },
   { method: 'GET', path: '/v1/history', auth: true },
   { method: 'GET', path: '/v1/presence', auth: true },
+  { method: 'GET', path: '/v1/online', auth: true },
   { method: 'POST', path: '/v1/revoke', auth: true },
   { method: 'POST', path: '/v1/disconnect', auth: true },
   { method: 'POST', path: '/v1/subscribe', auth: true },
@@ -156,6 +162,12 @@ export function createAdminServer(deps: AdminDeps): Server {
         if (data === undefined) throw new Refused(503, 'unavailable', 'the shard that holds the topic\'s presence is unavailable now; retry');
         return send(res, 200, data);
       }
+      case '/v1/online': {
+        const { tenant, users } = onlineRequest(req.url ?? path);
+        const result = await deps.online(tenant, users);
+        if (!result.ok) throw new Refused(503, result.reason, 'the nodes could not be asked now (redis did not take the request); retry');
+        return json(res, 200, { online: result.online });
+      }
       case '/admin/drain':
         deps.log.info({ from: req.socket.remoteAddress }, 'drain requested on the admin port');
         deps.drain();
@@ -248,7 +260,10 @@ function bad(message: string): Refused {
  * `ref` is taken and ignored, as v1 did), a tenant, and `topics` (1 to
  * MAX_BROADCAST_TOPICS) instead of `topic`.
  */
-const PUBLISH_FIELDS = ['tenant', 'topic', 'topics', 'users', 'data', 'key', 'ephemeral', 'idempotencyKey', 'traceparent', 'ref'];
+const PUBLISH_FIELDS = ['tenant', 'topic', 'topics', 'users', 'data', 'key', 'ephemeral', 'idempotencyKey', 'traceparent', 'ref', 'push'];
+const PUSH_FIELDS = ['collapseKey', 'delayMs', 'notification'];
+/** The largest `push.notification`, as JSON. */
+export const MAX_PUSH_NOTIFICATION_BYTES = 4096;
 const MAX_BROADCAST_TOPICS = 100;
 /** The most users one publish may name (PROTOCOL.md). */
 export const MAX_USER_TARGETS = 1000;
@@ -263,6 +278,7 @@ async function publish(deps: AdminDeps, req: IncomingMessage, obj: Record<string
   // W3C Trace Context: the body's field, else the request's header (an invalid header is ignored, as the spec says).
   const header = req.headers.traceparent;
   const headerTrace = typeof header === 'string' && TRACEPARENT_PATTERN.test(header) ? header : undefined;
+  if (obj.push !== undefined && obj.users === undefined) throw bad('push needs users: offline push is for events to users, not to topics');
   if (obj.users !== undefined) return toUsers(deps, tenant, obj, headerTrace, res);
   if (obj.topics !== undefined) return broadcast(deps, tenant, obj, headerTrace, res);
   const f = publishFrame(obj);
@@ -361,14 +377,77 @@ async function toUsers(deps: AdminDeps, tenant: string, obj: Record<string, unkn
     seen.add(u);
   });
   // The data and traceparent are checked as a publish frame's are (the topic is a stand-in: $user is not a topic name).
+  const push = obj.push === undefined ? undefined : pushRequest(obj.push, deps.config);
   const rest: Record<string, unknown> = { ...obj, topic: 'user', ephemeral: true };
   delete rest.users;
+  delete rest.push;
   const f = publishFrame(rest);
   const frame = encodeEventFrame({ topic: USER_TOPIC, key: undefined, dataJson: f.dataJson, traceparent: f.traceparent ?? headerTrace },
     undefined);
+  if (push !== undefined && deps.push === undefined) throw bad('push needs REDIS_URL (BullMQ): this gateway runs embedded');
   const result = await deps.toUsers(tenant, users as string[], frame);
-  if (!result.ok) throw new Refused(503, result.reason, result.message);
-  return json(res, 200, { online: result.online });
+  if (!result.ok) {
+    throw new Refused(503, result.reason, result.message + (push === undefined ? '' : '; no push job was added'),
+      {}, push === undefined ? {} : { delivered: false });
+  }
+  if (push === undefined) return json(res, 200, { online: result.online });
+  const online = new Set(result.online);
+  const pushed = await deps.push!(tenant, (users as string[]).filter((u) => !online.has(u)), push);
+  const pushOut = { queued: pushed.queued, collapsed: pushed.collapsed };
+  if (!pushed.ok) {
+    throw new Refused(503, 'unavailable', `the event was delivered to the users online, but ${pushed.message}: ` +
+      'the push jobs of the users not listed in push were not added; retry (a retry collapses onto the jobs already added)',
+      {}, { delivered: true, online: result.online, push: pushOut });
+  }
+  return json(res, 200, { online: result.online, push: pushOut });
+}
+
+/** `push` of a publish to users, or a 400 naming the field. */
+function pushRequest(v: unknown, cfg: Pick<Config, 'pushMaxDelayMs'>): PushRequest {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw bad('push must be an object: {"collapseKey","delayMs","notification"}');
+  const p = v as Record<string, unknown>;
+  for (const k of Object.keys(p)) {
+    if (!PUSH_FIELDS.includes(k)) throw bad(`unknown field push.${k}; push takes ${PUSH_FIELDS.join(', ')}`);
+  }
+  const { collapseKey, delayMs = 0, notification } = p;
+  if (typeof collapseKey !== 'string' || collapseKey.length === 0 || collapseKey.length > 128 || hasControlChar(collapseKey)) {
+    throw bad('push.collapseKey must be a string of 1 to 128 characters without control characters');
+  }
+  if (typeof delayMs !== 'number' || !Number.isInteger(delayMs) || delayMs < 0 || delayMs > cfg.pushMaxDelayMs) {
+    throw bad(`push.delayMs must be a whole number of ms from 0 to ${cfg.pushMaxDelayMs} (WS_PUSH_MAX_DELAY_MS)`);
+  }
+  if (typeof notification !== 'object' || notification === null || Array.isArray(notification)) {
+    throw bad('push.notification must be a JSON object (the payload the push sender gets)');
+  }
+  const notificationJson = JSON.stringify(notification);
+  if (Buffer.byteLength(notificationJson) > MAX_PUSH_NOTIFICATION_BYTES) {
+    throw bad(`push.notification is above ${MAX_PUSH_NOTIFICATION_BYTES} bytes as JSON`);
+  }
+  return { collapseKey, delayMs, notificationJson };
+}
+
+/** GET /v1/online's query (`?tenant=&user=&user=`), or a 400 naming the parameter. */
+function onlineRequest(url: string): { tenant: string; users: string[] } {
+  const params = new URL(url, 'http://admin').searchParams;
+  let tenant = 'default';
+  const users: string[] = [];
+  const seen = new Set<string>();
+  let tenants = 0;
+  for (const [k, v] of params) {
+    if (k === 'tenant') {
+      if (++tenants > 1) throw bad('tenant is given twice');
+      tenant = v;
+    } else if (k === 'user') {
+      if (v.length === 0 || v.length > MAX_SUB_LENGTH || hasControlChar(v)) {
+        throw bad(`user must be a user id: a string of 1 to ${MAX_SUB_LENGTH} characters without control characters`);
+      }
+      if (!seen.has(v)) users.push(v);
+      seen.add(v);
+    } else throw bad(`unknown query parameter ${JSON.stringify(k)}; /v1/online takes tenant, user`);
+  }
+  if (!TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
+  if (users.length === 0 || users.length > MAX_USER_TARGETS) throw bad(`user must be given 1 to ${MAX_USER_TARGETS} times`);
+  return { tenant, users };
 }
 
 function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {

@@ -19,6 +19,7 @@ import type { FromShardControl, ToShardControl } from './control.ts';
 import { freePort } from './free-port.ts';
 import { NodeMetrics } from './node-metrics.ts';
 import { NodeRegistry } from './node-registry.ts';
+import { PushQueue } from './push-queue.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { RedisWatch } from './redis-watch.ts';
 import { Flag, SharedState } from './shared-state.ts';
@@ -74,6 +75,7 @@ export class Coordinator {
   private admin: Server | undefined;
   private publicPort = 0;
   private stopping: Promise<void> | undefined;
+  private push: PushQueue | undefined;
   private restarts = 0;
   private draining = false;
   private cutDrain = false;
@@ -150,6 +152,12 @@ export class Coordinator {
       this.carryOut(cmd, origin).catch((err: unknown) => this.log.error({ err, op: cmd.op }, 'carrying out an admin command failed'));
     }, (tenant, users, frame) => this.deliverToUsers(tenant, users, frame), this.redis?.client);
     this.control.registry = this.nodes;
+    if (cfg.redisUrl !== undefined) {
+      this.push = new PushQueue(cfg, this.log);
+      const push = this.push;
+      counterFrom(this.registry, 'sluice_push_jobs_total', 'Push jobs POST /v1/publish with push added (queued) or found waiting (collapsed).',
+        'outcome', () => ({ queued: push.counts.queued, collapsed: push.counts.collapsed }));
+    }
     this.control.start();
     await Promise.all(Array.from({ length: cfg.workers }, (_, i) => this.startShard(i, this.publicPort)));
     this.admin = createAdminServer({
@@ -161,6 +169,9 @@ export class Coordinator {
       history: (req) => this.history(req),
       control: (cmd) => this.control!.send(cmd),
       toUsers: (tenant, users, frame) => this.control!.toUsers(tenant, users, frame),
+      // An empty frame: each shard answers which users it holds and sends nothing.
+      online: (tenant, users) => this.control!.toUsers(tenant, users, ''),
+      push: this.push === undefined ? undefined : (tenant, users, req) => this.push!.enqueue(tenant, users, req),
       presence: (tenant, topic) => this.presence(topicKey(tenant, topic)),
       drain: () => this.opts.onDrainRequest?.(),
     });
@@ -237,6 +248,7 @@ export class Coordinator {
     this.admin?.closeAllConnections();
     await this.pool?.destroy();
     await this.nodes?.stop();
+    await this.push?.close();
     this.control?.stop();
     this.redis?.disconnect();
     this.log.info({ durationMs: Date.now() - started, sockets }, 'stopped');
@@ -306,6 +318,7 @@ export class Coordinator {
     this.links.delete(shard);
     this.nodeMetrics.retire(shard);
     this.shared.resetSockets(shard);
+    this.shared.resetHookCalls(shard);
     // Its sockets are gone: they stop counting toward their users' caps now, not after the holder TTL.
     for (const h of link.holders) this.userSockets.drop(h);
     // Asks still waiting get their fallbacks now, not at their deadlines.

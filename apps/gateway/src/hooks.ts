@@ -69,6 +69,10 @@ export class HookClient {
     private readonly stats: HookStats,
     private readonly agent: Agent,
     private readonly line: ThrottledLine,
+    /** This shard: its calls are counted in its own slots, which the coordinator zeroes when the shard is gone. */
+    private readonly shard: number,
+    /** Closed with the shard: calls ending after that give no place back (the coordinator zeroes the slots; a late release would go below 0). */
+    private readonly life: { closed: boolean },
     private readonly random: () => number = Math.random,
   ) {
     this.slot = Slots[kind];
@@ -83,16 +87,17 @@ export class HookClient {
     headers?: Record<string, string>): Promise<HookResult<T>> {
     const counts = this.stats.calls[hook];
     const now = Date.now();
+    let probe = false;
     if (this.openUntil !== 0) {
       if (now < this.openUntil || this.probing) {
         counts.breaker_open++;
         return { ok: false, failure: 'breaker_open', retryAfterMs: this.retryAfter(now) };
       }
       // Half open: this call probes; the others wait for its answer.
-      this.probing = true;
+      this.probing = probe = true;
     }
-    if (!this.shared.takeHookCall(this.slot, this.cfg.hookMaxInflight)) {
-      if (this.probing) this.probing = false;
+    if (!this.shared.takeHookCall(this.shard, this.slot, this.cfg.hookMaxInflight, this.cfg.workers)) {
+      if (probe) this.probing = false;
       counts.overloaded++;
       return { ok: false, failure: 'overloaded', retryAfterMs: this.retryAfter(now) };
     }
@@ -101,7 +106,7 @@ export class HookClient {
     try {
       r = await this.send(hook, body, parse, headers);
     } finally {
-      this.shared.releaseHookCall(this.slot);
+      if (!this.life.closed) this.shared.releaseHookCall(this.shard, this.slot);
     }
     this.stats.latency.observe(HOOK_NAMES.indexOf(hook), (performance.now() - t0) / 1000);
     if (r.ok) {
@@ -111,16 +116,21 @@ export class HookClient {
       this.probing = false;
     } else {
       counts[r.failure]++;
-      this.failed(hook, Date.now());
+      this.failed(hook, probe, Date.now());
     }
     return r;
   }
 
-  private failed(hook: HookName, now: number): void {
+  /**
+   * One more failure. The breaker opens at WS_HOOK_BREAKER_FAILURES in a
+   * row, or again when the probe fails; calls sent before it opened that
+   * fail afterwards do not move its end.
+   */
+  private failed(hook: HookName, probe: boolean, now: number): void {
     this.failures++;
-    if (!this.probing && this.failures < this.cfg.hookBreakerFailures) return;
+    if (probe) this.probing = false;
+    else if (this.openUntil !== 0 || this.failures < this.cfg.hookBreakerFailures) return;
     const wasOpen = this.openUntil !== 0;
-    this.probing = false;
     this.openUntil = now + this.cfg.hookBreakerMs;
     if (!wasOpen) {
       this.stats.opened[hook]++;
@@ -217,6 +227,10 @@ export class DecisionCache {
     this.map.set(key, { allow, message, until: now + cacheMs });
   }
 
+  delete(key: string): void {
+    this.map.delete(key);
+  }
+
   get entries(): number {
     return this.map.size;
   }
@@ -235,13 +249,14 @@ export interface ShardHooks {
   close(): void;
 }
 
-export function shardHooks(cfg: Config, shared: SharedState, registry: Registry, line: ThrottledLine): ShardHooks {
+export function shardHooks(cfg: Config, shared: SharedState, shard: number, registry: Registry, line: ThrottledLine): ShardHooks {
   const any = cfg.connectHookUrl !== undefined || cfg.subscribeHookUrl !== undefined || cfg.publishHookUrl !== undefined;
   const agent = any ? hookAgent(cfg) : null;
   const stats = any ? new HookStats(registry) : null;
   const client = (kind: 'connect' | 'subscribe' | 'publish', url: string | undefined): HookClient | null =>
-    url === undefined ? null : new HookClient(kind, url, cfg, shared, stats!, agent!, line);
+    url === undefined ? null : new HookClient(kind, url, cfg, shared, stats!, agent!, line, shard, life);
   const cache = new DecisionCache(cfg.subscribeCacheSize);
+  const life = { closed: false };
   if (stats !== null && cfg.subscribeHookUrl !== undefined) {
     gaugeFrom(registry, 'sluice_hook_subscribe_cache_entries', 'Subscribe-hook decisions cached (all shards).', () => cache.entries);
   }
@@ -253,6 +268,7 @@ export function shardHooks(cfg: Config, shared: SharedState, registry: Registry,
     publishTopics: cfg.publishHookTopics === undefined ? null : compileRights(cfg.publishHookTopics.split(',')),
     cache,
     close: () => {
+      life.closed = true;
       if (agent !== null) void agent.destroy().catch(() => {});
     },
   };

@@ -6,9 +6,10 @@
 export const MAX_SHARDS = 256;
 
 const FLAGS = 0;
-/** Hook calls in flight on the node, one slot per hook URL (connect with refresh, subscribe, publish). */
-const HOOKS_BASE = 1;
 const SOCKETS_BASE = 8;
+/** Hook calls in flight, per shard and hook URL (connect with refresh, subscribe, publish): HOOKS_BASE + shard * 3 + slot. */
+const HOOKS_BASE = SOCKETS_BASE + MAX_SHARDS;
+const HOOK_SLOTS = 3;
 
 /** The slot of a hook's in-flight count. */
 export const HookSlot = { connect: 0, subscribe: 1, publish: 2 } as const;
@@ -26,7 +27,7 @@ export const Flag = {
 export class SharedState {
   readonly i32: Int32Array;
 
-  constructor(readonly buffer: SharedArrayBuffer = new SharedArrayBuffer(4 * (SOCKETS_BASE + MAX_SHARDS))) {
+  constructor(readonly buffer: SharedArrayBuffer = new SharedArrayBuffer(4 * (HOOKS_BASE + HOOK_SLOTS * MAX_SHARDS))) {
     this.i32 = new Int32Array(buffer);
   }
 
@@ -42,19 +43,27 @@ export class SharedState {
     Atomics.and(this.i32, FLAGS, ~flag);
   }
 
-  /** Takes a place for one call of a hook if fewer than `max` are in flight on the node; false when none is free. */
-  takeHookCall(slot: HookSlot, max: number): boolean {
-    if (Atomics.add(this.i32, HOOKS_BASE + slot, 1) < max) return true;
-    Atomics.sub(this.i32, HOOKS_BASE + slot, 1);
-    return false;
+  /**
+   * Takes a place for one call of a hook if fewer than `max` are in flight
+   * on the node's `shards`; false when none is free. The sum and the add
+   * are two steps: shards taking places at the same instant may overshoot
+   * `max` by at most one each.
+   */
+  takeHookCall(shard: number, slot: HookSlot, max: number, shards: number): boolean {
+    let n = 0;
+    for (let i = 0; i < shards; i++) n += Atomics.load(this.i32, HOOKS_BASE + i * HOOK_SLOTS + slot);
+    if (n >= max) return false;
+    Atomics.add(this.i32, HOOKS_BASE + shard * HOOK_SLOTS + slot, 1);
+    return true;
   }
 
-  releaseHookCall(slot: HookSlot): void {
-    Atomics.sub(this.i32, HOOKS_BASE + slot, 1);
+  releaseHookCall(shard: number, slot: HookSlot): void {
+    Atomics.sub(this.i32, HOOKS_BASE + shard * HOOK_SLOTS + slot, 1);
   }
 
-  hookCalls(slot: HookSlot): number {
-    return Atomics.load(this.i32, HOOKS_BASE + slot);
+  /** A shard's thread is gone: the calls it had in flight are not. */
+  resetHookCalls(shard: number): void {
+    for (let s = 0; s < HOOK_SLOTS; s++) Atomics.store(this.i32, HOOKS_BASE + shard * HOOK_SLOTS + s, 0);
   }
 
   addSockets(shard: number, delta: number): void {

@@ -32,6 +32,8 @@ const deps: AdminDeps = {
   control: () => Promise.resolve({ ok: true }),
   presence: () => Promise.resolve(undefined),
   toUsers: () => Promise.resolve({ ok: false, reason: 'unavailable', message: 'redis did not take the event, so no node sent it; retry' }),
+  online: () => Promise.resolve({ ok: false, reason: 'unavailable', message: 'redis did not take the request; retry' }),
+  push: undefined,
   drain: () => {},
 };
 

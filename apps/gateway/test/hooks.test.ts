@@ -328,10 +328,39 @@ describe('the subscribe hook and its cache', () => {
     const j1 = await c.next((f) => f.ref === 'j1', 3000);
     assert.equal(j1.status, 'ok');
     const j2 = await c.next((f) => f.ref === 'j2', 3000);
-    assert.equal(j2.status, 'ok', 'the second join is done after the first answer (asking again)');
-    // j1 was cancelled by the leave, j2 joined: one leave succeeds, the next finds nothing.
-    assert.equal((await c.request({ type: 'leave', topic: 'room:slow' })).status, 'ok');
+    assert.equal(j2.status, 'ok');
+    // Both joins came before the leave: as without the hook, the socket ends up not joined.
     assert.equal((await c.request({ type: 'leave', topic: 'room:slow' })).reason, 'not_joined');
+    assert.equal(backend.of('subscribe').filter((x) => x.body['topic'] === 'room:slow').length, 1, 'the second join did not ask again');
+    c.close();
+  });
+
+  test('a refresh that takes the right away while the backend decides makes the join forbidden', async () => {
+    backend.rule = (c) => {
+      if (c.body['hook'] === 'subscribe') return { json: { allow: true }, delayMs: 300 };
+      if (c.body['hook'] === 'refresh') return { json: { user: 'gus', tenant: 'acme', topics: ['chat:*'] } };
+      return admitting(c);
+    };
+    const c = await connectAs(gw, 'gus');
+    c.send({ type: 'join', ref: 'late', topic: 'room:narrowed' });
+    assert.equal((await c.request({ type: 'refresh', token: 'narrow' }, 250)).status, 'ok');
+    const j = await c.next((f) => f.ref === 'late', 3000);
+    assert.deepEqual([j.status, j.reason], ['error', 'forbidden']);
+    assert.equal((await c.request({ type: 'leave', topic: 'room:narrowed' })).reason, 'not_joined');
+    c.close();
+  });
+
+  test('an operator\'s unsubscribe forgets the cached allow: the next join asks the backend again', async () => {
+    backend.rule = subscribeRule();
+    const c = await connectAs(gw, 'hal');
+    assert.equal((await c.request({ type: 'join', topic: 'room:kick' })).status, 'ok');
+    const r = await gw.adminFetch('/v1/unsubscribe', { method: 'POST', body: JSON.stringify({ tenant: 'acme', user: 'hal', topic: 'room:kick' }) });
+    assert.equal(r.status, 202);
+    assert.equal((await c.next((f) => f.type === 'unsubscribed')).reason, 'removed');
+    backend.rule = subscribeRule((x) => (x.body['topic'] === 'room:kick' ? { json: { allow: false, message: 'kicked' } } : undefined));
+    const again = await c.request({ type: 'join', topic: 'room:kick' });
+    assert.deepEqual([again.status, again.message], ['error', 'kicked']);
+    assert.equal(backend.of('subscribe').filter((x) => x.body['topic'] === 'room:kick').length, 2);
     c.close();
   });
 
@@ -352,7 +381,7 @@ describe('the publish hook', () => {
   before(async () => {
     backend = await HookBackend.start();
     gw = await startGateway({ WS_AUTH: 'hook', WS_CONNECT_HOOK_URL: backend.url('/connect'), WS_PUBLISH_HOOK_URL: backend.url('/publish'),
-      WS_PUBLISH_HOOK_TOPICS: 'chat:*', WS_WORKERS: '2' });
+      WS_PUBLISH_HOOK_TOPICS: 'chat:*', WS_WORKERS: '2', WS_MAX_STRIKES: '4', WS_HOOK_BREAKER_FAILURES: '3' });
   });
   after(async () => {
     assert.equal(await gw.stop(), 0);
@@ -393,7 +422,7 @@ describe('the publish hook', () => {
     pub.close();
   });
 
-  test('one socket\'s publishes keep their order behind a slow answer, acks and events alike', async () => {
+  test('one socket\'s publishes reach the broker in frame order behind a slow answer', async () => {
     backend.rule = publishRule;
     const sub = await connectAs(gw, 'sub2');
     const pub = await connectAs(gw, 'pub2');
@@ -406,7 +435,38 @@ describe('the publish hook', () => {
     assert.deepEqual(pub.frames.filter((f) => f.type === 'reply').map((f) => [f.ref, f.status]), [['p1', 'ok'], ['p2', 'ok'], ['p3', 'ok']]);
     await eventually(() => sub.frames.filter((f) => f.type === 'event').length === 3);
     assert.deepEqual(sub.takeEvents('chat:order').map((f) => (f.data as { n: number }).n), [1, 2, 3]);
+    // A publish to a topic without the hook, sent behind one the backend holds, waits its turn: nothing answers it until the first is decided.
+    backend.rule = (c) => (c.body['hook'] === 'publish' ? { hang: true } : admitting(c));
+    pub.send({ type: 'publish', ref: 'q1', topic: 'chat:order', data: { n: 4 } });
+    pub.send({ type: 'publish', ref: 'q2', topic: 'room:order', data: { n: 5 } });
+    await eventually(() => backend.of('publish').some((x) => (x.body['data'] as { n?: number }).n === 4));
+    assert.equal((await pub.request({ type: 'ping' })).type, 'pong');
+    assert.equal(pub.frames.some((f) => f.ref === 'q2'), false, 'q2 waits behind q1');
+    backend.release();
+    const q1 = await pub.next((f) => f.ref === 'q1', 5000);
+    assert.deepEqual([q1.status, q1.reason], ['error', 'unavailable']);
+    assert.equal((await pub.next((f) => f.ref === 'q2', 5000)).status, 'ok');
     sub.close();
+    pub.close();
+  });
+
+  test('publishes the backend refuses are strikes: a socket that keeps sending them is closed as abusive', async () => {
+    backend.rule = publishRule;
+    const pub = await connectAs(gw, 'spammer');
+    for (let i = 0; i < 3; i++) assert.equal((await pub.request({ type: 'publish', topic: 'chat:1', data: { text: 'spam' } })).reason, 'forbidden');
+    pub.send({ type: 'publish', topic: 'chat:1', data: { text: 'spam' } });
+    const closed = await pub.closedBy(3000);
+    assert.equal(closed.code, 1008);
+  });
+
+  test('an idempotency key that cannot be a header goes in the body alone, and the backend is still asked', async () => {
+    backend.rule = publishRule;
+    const pub = await connectAs(gw, 'intl');
+    for (let i = 0; i < 6; i++) {
+      assert.equal((await pub.request({ type: 'publish', topic: 'chat:1', data: { text: 'x' }, idempotencyKey: `日本${i}` })).status, 'ok');
+    }
+    const call = backend.of('publish').at(-1)!;
+    assert.deepEqual([call.body['idempotencyKey'], call.headers['idempotency-key']], ['日本5', undefined]);
     pub.close();
   });
 });

@@ -24,6 +24,7 @@ import { SignJWT } from 'jose';
 import { MAX_SUB_LENGTH } from '@sluice/core';
 import { MAX_IDEMPOTENCY_KEY_LENGTH, MAX_KEY_LENGTH, TOPIC_PATTERN, TRACEPARENT_PATTERN } from '@sluice/protocol';
 import { ADMIN_ROUTES, HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT } from '../src/admin.ts';
+import { type RedisServer, startRedis } from '@sluice/redis/testing';
 import { Client, type Gateway, startGateway } from './harness.ts';
 
 type Obj = Record<string, unknown>;
@@ -267,6 +268,35 @@ function errorCases(): Map<string, ErrorCase[]> {
     field('publish', 'none', 'users with ephemeral false', { ...toUsers, ephemeral: false }, 'ephemeral'));
   add('publish', 503, { name: 'a durable publish with Redis down', req: { gw: 'redisDown', path: pathOf('publish'), body: pub } },
     { name: 'a publish to users with Redis down', req: { gw: 'redisDown', path: pathOf('publish'), body: toUsers } });
+  // push: the field rules on the embedded gateway (checked before REDIS_URL is), then that it needs REDIS_URL.
+  const okPush = { collapseKey: 'chat:7', delayMs: 0, notification: { title: 'hi' } };
+  const withPush = (p: unknown): Obj => ({ ...toUsers, push: p });
+  add('publish', 400,
+    field('publish', 'none', 'push that is not an object', withPush('x'), 'push'),
+    field('publish', 'none', 'an unknown push field', withPush({ ...okPush, colapseKey: 'k' }), 'push.colapseKey'),
+    field('publish', 'none', 'an empty collapseKey', withPush({ ...okPush, collapseKey: '' }), 'push.collapseKey'),
+    field('publish', 'none', 'a collapseKey of 129 characters', withPush({ ...okPush, collapseKey: 'k'.repeat(129) }), 'push.collapseKey'),
+    field('publish', 'none', 'a negative delayMs', withPush({ ...okPush, delayMs: -1 }), 'push.delayMs'),
+    field('publish', 'none', 'a delayMs above WS_PUSH_MAX_DELAY_MS', withPush({ ...okPush, delayMs: 3_600_001 }), 'push.delayMs'),
+    field('publish', 'none', 'a notification that is an array', withPush({ ...okPush, notification: [] }), 'push.notification'),
+    field('publish', 'none', 'a notification above 4096 bytes', withPush({ ...okPush, notification: { t: 'x'.repeat(4096) } }), 'push.notification'),
+    field('publish', 'none', 'push with a topic', { ...pub, push: okPush }, 'push'),
+    field('publish', 'none', 'push with topics', { topics: ['room:1'], data: 1, push: okPush }, 'push'),
+    field('publish', 'none', 'push on an embedded gateway', withPush(okPush), 'REDIS_URL'));
+  add('publish', 503, { name: 'a publish to users with push, Redis down', req: { gw: 'redisDown', path: pathOf('publish'), body: withPush(okPush) } });
+
+  // online: a GET
+  const onl = (name: string, query: string, names?: string, gw: Which = 'none'): ErrorCase =>
+    ({ name, req: { gw, method: 'GET', path: `${pathOf('online')}?${query}` }, ...(names === undefined ? {} : { names }) });
+  add('online', 400,
+    onl('no user', '', 'user'),
+    onl('an empty user', 'user=', 'user'),
+    onl('a user with a control character', 'user=a%01b', 'user'),
+    onl('1001 users', Array.from({ length: 1001 }, (_, i) => `user=u${i}`).join('&'), 'user'),
+    onl('a tenant that breaks the pattern', 'user=u1&tenant=a%2Fb', 'tenant'),
+    onl('a tenant given twice', 'user=u1&tenant=a&tenant=b', 'tenant'),
+    onl('an unknown parameter', 'user=u1&users=u2', 'users'));
+  add('online', 503, onl('Redis down', 'user=u1', undefined, 'redisDown'));
 
   // presence: a GET like history
   const pres = (name: string, query: string, names?: string, gw: Which = 'none'): ErrorCase =>
@@ -684,6 +714,36 @@ describe('real gateways answer as documented', { timeout: 180_000 }, () => {
       assert.deepEqual(await c.next((f) => (f as Obj).type === 'unsubscribed', WITHIN_MS), { type: 'unsubscribed', topic, reason: 'removed' });
       c.close();
     });
+  });
+});
+
+describe('POST /v1/publish with push and GET /v1/online on a real Redis', { timeout: 60_000 }, () => {
+  let redis: RedisServer;
+  let gw: Gateway;
+  before(async () => {
+    redis = await startRedis();
+    gw = await startGateway({ ADMIN_TOKEN, WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET, REDIS_URL: redis.url });
+  });
+  after(async () => {
+    if (gw !== undefined) assert.equal(await gw.stop(), 0);
+    await redis?.stop();
+  });
+
+  test('queued, then collapsed, with one user online: answers as documented', async () => {
+    const c = await Client.connect(gw.url(), { headers: { authorization: `Bearer ${await token('on-1')}` } });
+    const post = async (): Promise<Answer> => answer(await fetch(gw.admin('/v1/publish'), { method: 'POST',
+      headers: { ...AUTH, 'content-type': 'application/json' },
+      body: JSON.stringify({ users: ['on-1', 'off-1'], data: 1, push: { collapseKey: 'k', delayMs: 60_000, notification: { t: 1 } } }) }));
+    const first = await post();
+    conforms('publish', first, 'push, queued');
+    assert.deepEqual(first.body, { online: ['on-1'], push: { queued: ['off-1'], collapsed: [] } });
+    const second = await post();
+    conforms('publish', second, 'push, collapsed');
+    assert.deepEqual(second.body, { online: ['on-1'], push: { queued: [], collapsed: ['off-1'] } });
+    const online = await answer(await fetch(gw.admin('/v1/online?user=off-1&user=on-1'), { headers: AUTH }));
+    conforms('online', online, 'cluster mode');
+    assert.deepEqual(online.body, { online: ['on-1'] });
+    c.close();
   });
 });
 

@@ -94,6 +94,8 @@ export class AdminActions {
         const d = ws.getUserData();
         if (!d.open) continue;
         reached = true;
+        // An empty frame is a presence probe (GET /v1/online): nothing is sent.
+        if (frame === '') continue;
         this.ctx.counters.userDeliveries++;
         ws.cork(() => this.session.sendTo(ws, d, ev, now));
       }

@@ -178,6 +178,8 @@ export class Admission {
     if (wait !== 0) return wait;
     let identity: Identity;
     if (this.hook !== null) {
+      // A node that will answer 503 anyway (draining, at WS_MAX_SOCKETS) does not ask the backend.
+      if (!this.available()) return { hookDownMs: retryHint(this.ctx.cfg, Math.random) };
       const auth = span === undefined ? undefined : this.ctx.tracing!.child(span, 'sluice.hook');
       const r = await this.hook.call('connect', connectBody(this.ctx.task.nodeId, material!), (json) => parseConnectAnswer(json, Date.now()), isRefusal);
       endSpan(auth, r.ok ? (r.value.allow ? undefined : 'unauthorized') : 'unavailable');

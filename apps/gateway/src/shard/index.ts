@@ -129,7 +129,7 @@ class Shard {
     const topics = new Topics<Recovery>(this.broker, ctx.lines.degraded);
     const recoveries = new Recoveries(ctx, this.broker, topics, lane);
     const verifier = cfg.auth === 'jwt' ? new Verifier(cfg) : null;
-    const hooks = (this.hooks = shardHooks(cfg, this.shared, registry, ctx.lines.hooks));
+    const hooks = (this.hooks = shardHooks(cfg, this.shared, task.shard, registry, ctx.lines.hooks));
     const now = Date.now();
     for (const r of task.revocations) this.revocations.add(r, now);
     const users = new SocketIndex<Socket>();

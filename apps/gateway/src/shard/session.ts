@@ -59,6 +59,8 @@ export interface SessionParts {
 }
 
 const CLASS_NAMES = ['durable', 'keyed', 'ephemeral'] as const;
+/** A key that can go in an HTTP header as it is (the body carries every key). */
+const ASCII = /^[\x20-\x7e]+$/;
 const isConnectRefusal = (a: ConnectAnswer): boolean => !a.allow;
 const isSubscribeRefusal = (a: SubscribeAnswer): boolean => !a.allow;
 const isPublishRefusal = (a: PublishAnswer): boolean => !a.allow;
@@ -242,7 +244,6 @@ export class Session {
       this.reject(ws, d, f.ref, 'tenant_rate_limited', wait);
       return;
     }
-    clearStrikes(d);
     const hooks = this.p.hooks;
     // Behind a publish the backend is deciding, every later publish of the socket waits its turn: one sender's events stay in order.
     if (d.hookPubs !== null || (hooks.publish !== null && allows(hooks.publishTopics!, f.topic))) {
@@ -262,9 +263,16 @@ export class Session {
   private nextHooked(ws: Socket, d: SocketData): void {
     const queue = d.hookPubs!;
     const hooks = this.p.hooks;
-    while (queue.length > 0 && !allows(hooks.publishTopics!, queue[0]!.topic)) {
+    while (queue.length > 0 && (!allows(hooks.publishTopics!, queue[0]!.topic) || !allows(d.pub, queue[0]!.topic))) {
+      const next = queue.shift()!;
       d.inflight--;
-      this.send(ws, d, queue.shift()!);
+      // A refresh while it waited may have taken the right away.
+      if (!allows(d.pub, next.topic)) this.reject(ws, d, next.ref, 'forbidden', undefined, `the token does not allow publishing to ${next.topic}`);
+      else this.send(ws, d, next);
+      if (!d.open) {
+        d.hookPubs = null;
+        return;
+      }
     }
     if (queue.length === 0) {
       d.hookPubs = null;
@@ -273,7 +281,7 @@ export class Session {
     const f = queue[0]!;
     const maxData = this.ctx.cfg.maxFrameBytes;
     hooks.publish!.call('publish', publishBody(this.ctx.task.nodeId, d, f), (json) => parsePublishAnswer(json, maxData), isPublishRefusal,
-      f.idempotencyKey === undefined ? undefined : { 'idempotency-key': f.idempotencyKey }).then((r) => {
+      f.idempotencyKey === undefined || !ASCII.test(f.idempotencyKey) ? undefined : { 'idempotency-key': f.idempotencyKey }).then((r) => {
       d.inflight--;
       if (!d.open) {
         d.hookPubs = null;
@@ -282,6 +290,7 @@ export class Session {
       ws.cork(() => {
         if (!r.ok) this.reject(ws, d, f.ref, 'unavailable', r.retryAfterMs, 'the backend did not decide this publish (WS_PUBLISH_HOOK_URL)');
         else if (!r.value.allow) this.reject(ws, d, f.ref, 'forbidden', undefined, r.value.message ?? 'the backend refused this publish');
+        else if (!allows(d.pub, f.topic)) this.reject(ws, d, f.ref, 'forbidden', undefined, `the token does not allow publishing to ${f.topic}`);
         else this.send(ws, d, r.value.dataJson === undefined ? f : { ...f, dataJson: r.value.dataJson });
         if (!d.open) {
           d.hookPubs = null;
@@ -295,6 +304,8 @@ export class Session {
 
   /** A publish the rights, limits and hook allowed: to the broker, and the ack when it answers. */
   private send(ws: Socket, d: SocketData, f: PublishFrame): void {
+    // Only now is the frame accepted: a publish the hook refuses is a strike, and must not have cleared the others.
+    clearStrikes(d);
     d.inflight++;
     let inline = true;
     const t0 = performance.now();
@@ -369,12 +380,17 @@ export class Session {
       ws.cork(() => {
         if (!r.ok) this.reject(ws, d, f.ref, 'unavailable', r.retryAfterMs, 'the backend did not decide this join (WS_SUBSCRIBE_HOOK_URL)');
         else if (!r.value.allow) this.reject(ws, d, f.ref, 'forbidden', undefined, r.value.message ?? `the backend does not allow joining ${f.topic}`);
-        // Left before the backend answered: the join happened, the leave undid it.
+        // Left (or removed by the operator) before the backend answered: the join happened, the leave undid it.
         else if (entry.cancelled) ws.send(encodeReplyOk(f.ref), false);
-        else this.joinNow(ws, d, f);
+        // A refresh while the backend decided may have taken the right away.
+        else if (!allows(d.join, f.topic) && d.granted?.has(f.topic) !== true) {
+          this.reject(ws, d, f.ref, 'forbidden', undefined, `the token does not allow joining ${f.topic}`);
+        } else this.joinNow(ws, d, f);
         for (const w of entry.waiting) {
           if (!d.open) return;
-          this.join(ws, d, w);
+          // Joins sent before the leave that cancelled the first: answered as it was, in their order, without joining.
+          if (entry.cancelled) ws.send(encodeReplyOk(w.ref), false);
+          else this.join(ws, d, w);
         }
       });
     });
@@ -382,6 +398,12 @@ export class Session {
 
   /** A join every check allowed: the topic is acquired (subscribed by its owner), then the reply, or the replay of `since` first. */
   private joinNow(ws: Socket, d: SocketData, f: JoinFrame): void {
+    if (d.topics?.has(f.topic) === true) {
+      // Joined meanwhile (an operator's subscribe while the backend decided): one join, one count.
+      clearStrikes(d);
+      ws.send(encodeReplyOk(f.ref), false);
+      return;
+    }
     if ((d.topics?.size ?? 0) >= this.ctx.cfg.maxJoins) {
       this.reject(ws, d, f.ref, 'too_many_joins', undefined, `at most ${this.ctx.cfg.maxJoins} joined topics per socket`);
       return;
@@ -587,6 +609,10 @@ export class Session {
 
   /** `POST /v1/unsubscribe`: the socket leaves `topic` and is told why (`removed`); false when it was not joined. */
   remove(ws: Socket, d: SocketData, topic: string): boolean {
+    // The operator's word beats a cached allow: the user's next join of the topic asks the backend again.
+    this.p.hooks.cache.delete(`${d.userKey}\u0000${topic}`);
+    const pending = d.hookJoins?.get(topic);
+    if (pending !== undefined) pending.cancelled = true;
     const key = d.topics?.get(topic);
     if (!d.open || key === undefined) return false;
     this.drop(ws, d, topic, key);

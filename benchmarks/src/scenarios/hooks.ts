@@ -15,9 +15,9 @@
 //  (e) the same sockets leave them (not timed) and join them again: the
 //      cached decisions (cacheMs 600 s), no backend call;
 //  (f) `bench.t<k>`, not hooked: the join without any hook;
-//  (c) the (b) storm again on the same gateway, new users, the backend
-//      holding every answer `delayMs` (5 ms): upgrades overlap while they
-//      wait, so the rate is not 1 / delay.
+//  (c) the (b) storm again on a fresh hook gateway (the same history as
+//      (b)), new users, the backend holding every answer `delayMs` (5 ms):
+//      upgrades overlap while they wait, so the rate is not 1 / delay.
 // Each timed part waits for a quiet machine first; 300 warm-up upgrades
 // (and, on the hook gateway, warm-up joins of both kinds) precede the first.
 // Gateway CPU: utime+stime of every gateway thread (/proc); backend CPU
@@ -112,7 +112,11 @@ export async function runHooks(opts: RunOptions, cfg: HooksConfig): Promise<Samp
         }
         await pool.all(() => ({ op: 'reset' }), 60_000).catch(() => undefined);
         if (cfg.delayMs > 0) {
+          // On a fresh gateway of its own, like (b): a gateway that has served the joins is warmer, and its upgrades read cheaper.
+          await hooked.stop();
+          hooked = undefined;
           await be.setDelay(cfg.delayMs);
+          hooked = await ServerProc.start(spec, 60_000, hookEnv(be));
           const slow = await storm(pool, hooked, spec, repeat, cfg, v.slow, { kind: 'hook' }, DELAYED_ID_BASE, DELAYED_WARMUP_ID_BASE, be);
           const b = out.find((x) => x.variant === v.hook);
           if (slow.ok && b?.ok === true) slow.extra['vsBase'] = ratio(slow.extra['cpuPerOpUs'], b.extra['cpuPerOpUs']);

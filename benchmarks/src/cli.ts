@@ -1,4 +1,4 @@
-// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|s7|s8|s9|s10|s11|s12|s13|s14|report> [options]`.
+// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|s7|s8|s9|s10|s11|s12|s13|s14|s15|report> [options]`.
 // See benchmarks/README.md for what each command runs and what the columns mean.
 
 import { execFileSync } from 'node:child_process';
@@ -18,7 +18,7 @@ import { gatesTable, goalsTable, mergeRuns, methodSection, ratiosTable, renderSt
 
 const USAGE = `usage: cli.ts <command> [options]
 commands:
-  all        every scenario below in this order (S6 against sluice and ws, S8 twice, S9, S10, S11, S12 and S14 once);
+  all        every scenario below in this order (S6 against sluice and ws, S8 twice, S9, S10, S11, S12, S14 once, S15 3 times);
              writes runs/*.json, results.md, results.svg
   ci         short ${SCENARIOS.filter((x) => x.gates !== undefined).map((x) => x.command.split(' | ')[0]).join(', ')} against sluice, uws, ws; exits 1 when a gate fails
 ${SCENARIOS.map((x) => `  ${x.command.padEnd(9)}  ${x.usage}`).join('\n')}
@@ -29,7 +29,7 @@ options:
   --repeats n        repeats per target (interleaved)
   --measure-ms n     measurement window (S1-S3, S8)
   --warmup-ms n      warm-up before the window (S1-S3, S8)
-  --procs n          load-generator processes (S3, S8: subscriber processes; S9: client processes; S11-S14)
+  --procs n          load-generator processes (S3, S8: subscriber processes; S9: client processes; S11-S15)
   --sockets n        sockets (S1, S2, S4/S5, S7, S10-S14), clients per kind (S9)
   --subscribers n    subscribers (S3, S8)
   --sizes a,b        payload sizes in bytes (S1)
@@ -43,17 +43,17 @@ options:
   --size n           payload bytes (S6, default 300)
   --rss-limit-mib n  stop an S6 run when the server's RSS passes this (default 2048)
   --rate n           S7, S9: WS_DRAIN_RATE, closes per second for the node (default 500; S9: 10000); S14: joins per second (1000)
-  --delay-ms n       S7, S9: WS_DRAIN_DELAY_MS (default 1000; S9: 100)
+  --delay-ms n       S7, S9: WS_DRAIN_DELAY_MS (default 1000; S9: 100); S15: the backend's delay per answer in variant (c) (5; 0: no (c))
   --nodes n          S8: gateway processes on the one redis-server (default 2)
   --scrapes n        S10: sequential GET /metrics per phase (default 100)
   --bursts n         S10: bursts of concurrent GETs per phase (default 5); --burst n: GETs per burst (default 10)
-  --topics n         S10: topics (default 4); every socket joins 2 of them
+  --topics n         S10: topics (default 4); every socket joins 2 of them; S15: topics each socket joins per variant (5)
   --admin-rate n     S10: admin-API publishes per second in the traffic phase (default 1); --rate: each generator's publisher (2)
   --rounds n         S11: refreshes per socket, each with a new token (default 5)
   --rst-at-close     S12: a client sends its RST as it reads its close frame (default: every RST after the last close)
   --revocations n    S13: revocations of other users posted to the limits arm before its run (default 1000; 0: none)
   --ttl-ms n         S14: WS_PRESENCE_TTL_MS of the nodes (default 30000), what bounds the SIGKILL phase; --rate: joins per second (1000)
-  --quick            S14: 2000 sockets, 2 processes, shorter churn phases, a 4 s TTL (a smoke test, about a minute)
+  --quick            S14: 2000 sockets, 2 processes, shorter churn phases, a 4 s TTL (a smoke test, about a minute); S15: 500 sockets, 3 topics
   --no-sio           S14: without the Socket.IO comparison
   --no-report        (all) do not rewrite results.md / results.svg`;
 

@@ -19,11 +19,12 @@ import { runRefresh, S11_DEFAULT } from './scenarios/refresh.ts';
 import { runRevoke, S12_DEFAULT } from './scenarios/revoke.ts';
 import { runLimits, S13_DEFAULT } from './scenarios/limits.ts';
 import { runPresence, S14_DEFAULT, S14_QUICK } from './scenarios/presence.ts';
+import { runHooks, S15_DEFAULT, S15_QUICK } from './scenarios/hooks.ts';
 import type { RunOptions, Sample, ScenarioId } from './scenarios/common.ts';
 import { GATES, type Gate } from './report/gates.ts';
 import type { Row } from './report/summary.ts';
 import {
-  rateTable, renderDrainSvg, renderPresenceSvg, renderStormSvg, s10Table, s11Table, s12Table, s13Table, s14Table, s4Table, s5Table, s6Table, s7Table,
+  rateTable, renderDrainSvg, renderPresenceSvg, renderStormSvg, s10Table, s11Table, s12Table, s13Table, s14Table, s15Table, s4Table, s5Table, s6Table, s7Table,
   s8Table, s9Table,
 } from './report/render.ts';
 
@@ -289,6 +290,26 @@ export const SCENARIOS: readonly Scenario[] = [
       return got;
     },
     views: [{ id: 'S14', title: 'S14 presence at scale (issue 18\'s "S11"): users over two nodes on one Redis, and Socket.IO fetchSockets()', table: s14Table }],
+  },
+  {
+    command: 's15',
+    usage: 'backend hooks (issue 19): --sockets (2000) upgrades on WS_AUTH=jwt, then on WS_AUTH=hook against a node:http backend in its own process\n' +
+      '             (every user distinct); on those sockets --topics (5) joins each of hooked topics (room:*, cache cold), the same again after\n' +
+      '             leaving them (cache warm), and of plain ones; then the hook storm again with the backend answering after --delay-ms (5; 0: not);\n' +
+      '             gateway CPU per op, the backend\'s apart, its call counts; --quick: 500 sockets, 3 topics; default 3 repeats,\n' +
+      '             about 1.5 min (also part of all)',
+    defaultTargets: ['sluice'],
+    targets: withSluice,
+    repeats: (n, alone) => (alone ? n ?? 3 : 3),
+    run: (ctx) => {
+      const quick = ctx.alone && ctx.v['quick'] === true;
+      const base = quick ? S15_QUICK : S15_DEFAULT;
+      const cfg = ctx.alone ? {
+        ...base, ...given(ctx.v, { sockets: 'sockets', procs: 'procs', concurrency: 'concurrency', topics: 'topics', delayMs: '0delay-ms' }),
+      } : { ...S15_DEFAULT };
+      return measure(ctx, 'S15', cfg, runHooks);
+    },
+    views: [{ id: 'S15', title: 'S15 backend hooks (issue 19): connect hook beside jwt, subscribe hook and its cache', table: s15Table }],
   },
 ];
 

@@ -24,7 +24,7 @@ setTimeout(() => {
 }, LIFETIME_MS).unref();
 process.on('disconnect', () => process.exit(0));
 
-type Phase = 'idle' | 'connect' | 'join' | 'pump' | 'track' | 'publish' | 'stopping' | 'stalled' | 'watch' | 'refresh' | 'presence';
+type Phase = 'idle' | 'connect' | 'join' | 'pump' | 'track' | 'publish' | 'stopping' | 'stalled' | 'watch' | 'refresh' | 'presence' | 'topics';
 
 /** RawConn.pState: where a socket stands on the presence topic (S14). */
 const P_OUT = 0, P_JOINING = 1, P_JOINED = 2, P_LEAVING = 3;
@@ -183,6 +183,20 @@ class Generator implements ConnHandlers {
         }
         this.refreshNext?.();
         return;
+      case 'topics': {
+        if (kind !== Kind.ReplyOk && kind !== Kind.ReplyErr) return;
+        const ref = replyRef(c.target.proto, buf, s, e);
+        if (ref <= T_BASE) return;
+        this.hist.recordValue(Math.max(1, now - (ref - T_BASE)));
+        this.refreshAwaiting--;
+        if (kind === Kind.ReplyOk) this.refreshOk++;
+        else {
+          this.refreshErrors++;
+          if (this.refreshErrorSamples.length < 5) this.refreshErrorSamples.push(buf.toString('utf8', s, Math.min(e, s + 200)));
+        }
+        this.refreshNext?.();
+        return;
+      }
       case 'join':
         if (kind === Kind.ReplyOk) this.joined++;
         else if (kind === Kind.ReplyErr) this.joinErrors++;
@@ -276,6 +290,10 @@ class Generator implements ConnHandlers {
 
   sign(req: Extract<Request, { op: 'sign' }>): number {
     const nowS = Math.floor(Date.now() / 1000);
+    if (req.purpose === 'ids') {
+      for (let i = 0; i < req.count; i++) this.upgradeTokens.set(req.idBase + i, `${req.prefix}${req.idBase + i}`);
+      return req.count;
+    }
     if (req.purpose === 'upgrade') {
       for (let i = 0; i < req.count; i++) this.upgradeTokens.set(req.idBase + i, tokenFor(req.auth, req.idBase + i, 0, nowS));
       return req.count;
@@ -327,6 +345,48 @@ class Generator implements ConnHandlers {
           this.refreshAwaiting++;
         }
         if (next >= todo.length && this.refreshAwaiting === 0) finish();
+      };
+      this.refreshNext();
+    });
+  }
+
+  /** S15: joins or leaves of `topics` on every ready socket, topic by topic, at most `concurrency` awaiting a reply (matched by ref). */
+  topics(req: Extract<Request, { op: 'topics' }>): Promise<RefreshResult> {
+    this.phase = 'topics';
+    this.hist = newHistogram();
+    this.refreshOk = 0;
+    this.refreshErrors = 0;
+    this.refreshErrorSamples = [];
+    this.refreshAwaiting = 0;
+    const ready = this.conns.filter((c) => c.state === 'ready');
+    const total = ready.length * req.topics.length;
+    const t0 = Date.now();
+    let next = 0;
+    return new Promise<RefreshResult>((resolve) => {
+      let finished = false;
+      const finish = (): void => {
+        if (finished) return;
+        finished = true;
+        clearTimeout(timer);
+        this.refreshNext = null;
+        this.phase = 'idle';
+        resolve({
+          ok: this.refreshOk, errors: this.refreshErrors, unanswered: total - this.refreshOk - this.refreshErrors, errorSamples: this.refreshErrorSamples,
+          hist: encodeHistogram(this.hist), elapsedMs: Date.now() - t0,
+        });
+      };
+      const timer = setTimeout(finish, req.timeoutMs);
+      this.refreshNext = () => {
+        while (next < total && this.refreshAwaiting < req.concurrency) {
+          // Topic-major: a socket's next frame only after every other socket's, so one in flight per socket while concurrency < sockets.
+          const c = ready[next % ready.length]!;
+          const topic = req.topics[Math.floor(next / ready.length)]!;
+          next++;
+          if (c.state !== 'ready') { this.refreshErrors++; continue; }
+          c.send(encodeClientFrame(`{"type":"${req.action}","ref":"${stampNow()}","topic":${JSON.stringify(topic)}}`).bytes);
+          this.refreshAwaiting++;
+        }
+        if (next >= total && this.refreshAwaiting === 0) finish();
       };
       this.refreshNext();
     });
@@ -984,6 +1044,7 @@ async function handle(req: Request): Promise<unknown> {
     case 'join': return gen.join(req);
     case 'sign': return gen.sign(req);
     case 'refresh': return gen.refresh(req);
+    case 'topics': return gen.topics(req);
     case 'pump': gen.pump(req); return null;
     case 'track': gen.track(); return null;
     case 'publish': gen.publish(req); return null;

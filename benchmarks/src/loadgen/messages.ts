@@ -13,6 +13,13 @@ export type Request =
    */
   | { op: 'sign'; purpose: 'upgrade'; auth: AuthSpec; idBase: number; count: number }
   | { op: 'sign'; purpose: 'refresh'; auth: AuthSpec; round: number }
+  /** S15 (WS_AUTH=hook): the "token" of socket id is the plain string `<prefix><id>`, which the bench backend answers as the user. */
+  | { op: 'sign'; purpose: 'ids'; prefix: string; idBase: number; count: number }
+  /**
+   * S15: every ready socket sends `action` (join or leave) for each of `topics`, `concurrency` awaiting their reply at most
+   * (each frame's ref its send time); resolves when all answered. Result: a RefreshResult.
+   */
+  | { op: 'topics'; action: 'join' | 'leave'; topics: string[]; concurrency: number; timeoutMs: number }
   /** Every ready socket sends one `refresh` with its signed token, `concurrency` awaiting their reply at most; resolves when all answered. */
   | { op: 'refresh'; concurrency: number; timeoutMs: number }
   /** Every ready socket joins `topic`, or its own topic `bench.<id>` when topic is null. */

@@ -246,6 +246,24 @@ export function s11Table(rs: readonly Row[], status: (r: Row) => string): string
     );
 }
 
+/** S15: the connect hook beside jwt, the subscribe hook cold and warm beside a plain join, all on the gateway's CPU, the backend's apart. */
+export function s15Table(rs: readonly Row[], status: (r: Row) => string): string {
+  const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
+  const us = (v: number): string => (Number.isFinite(v) ? `${v.toFixed(v >= 100 ? 0 : 1)}us` : 'n/a');
+  const n = (v: number): string => (Number.isFinite(v) ? String(Math.round(v)) : 'n/a');
+  return 'Gateway CPU (utime+stime, every thread, /proc) over the storm / upgrades, or over the joins / accepted joins; the backend (node:http in its own ' +
+    'process on loopback, keep-alive) apart: its CPU over the same window / ops, and the calls it answered, by its own counter. `vs base`: (b) and (c) ' +
+    'against (a) jwt, (d) and (e) against (f) the plain join, per repeat. `gateway hook calls`: what sluice_hook_connect_calls_total / ' +
+    'sluice_hook_subscribe_calls_total moved by, by outcome. `other load`: the rest of the machine, the backend left out. Latency: connect-to-welcome (upgrades), send-to-reply (joins). Medians over repeats.\n\n' +
+    table(
+      ['variant', 'gateway CPU per op', 'ops/gateway-CPU-s', 'vs base', 'ops/s', 'p50', 'p99', 'backend CPU per op', 'backend calls', 'backend conns opened', 'gateway hook calls (connect; subscribe)',
+        'gateway CPU', 'busiest generator', 'other load', 'ok runs'],
+      rs.map((r) => [r.variant, us(x(r, 'cpuPerOpUs')), fmtInt(r.perServerCpuS), Number.isFinite(x(r, 'vsBase')) ? fmtRatio(x(r, 'vsBase')) : '-',
+        fmtInt(r.perSec), fmtUs(r.p50Us), fmtUs(r.p99Us), us(x(r, 'backendCpuPerOpUs')), n(x(r, 'backendCalls')), n(x(r, 'backendConnections')),
+        `${r.notes['gatewayHookConnect'] ?? '-'}; ${r.notes['gatewayHookSubscribe'] ?? '-'}`, pct(r.serverUtil), pct(r.clientUtilMax), pct(r.otherUtil), status(r)]),
+    );
+}
+
 /** S12: one revocation to node A, every socket of the user closed on both nodes. */
 export function s12Table(rs: readonly Row[], status: (r: Row) => string): string {
   const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
@@ -445,6 +463,7 @@ export function methodSection(rec: RunRecord): string {
       `  - ${k}: ${Object.entries(v).filter(([f]) => f !== 'scenario').map(([f, x]) => `${f} ${JSON.stringify(x)}`).join(', ')}`),
     ...(rec.samples.some((s) => s.scenario === 'S9') ? ['- S9 (reconnect storm): per kind of client, two fresh gateway processes of the same command and settings (embedded mode, no Redis): node A with `WS_DRAIN_DELAY_MS`, `WS_DRAIN_RATE` (as configured) and `WS_DRAIN_MAX_MS` (clients / rate + delay + 10 s), node B with `WS_DRAIN_RATE=1000000` (used only when it is stopped, after the clients left); the clients in child processes of ~2500 each (`@sluice/client` on `ws`, or plain `ws`), from 8 loopback source addresses. Not part of `ci`.'] : []),
     ...(rec.samples.some((s) => ['S11', 'S12', 'S13'].includes(s.scenario)) ? ['- S11-S13 (issue 17): the gateway with `WS_AUTH=jwt` (HS256; tokens signed by the generators, one per socket and refresh, each new to the gateway\'s cache) and the kit\'s `ADMIN_TOKEN`; S12 on two nodes in cluster mode on one private redis-server per repeat; S13 with a second arm adding `WS_USER_MSG_LIMIT`, `WS_TENANT_CONNECT_LIMIT`, `WS_MAX_USER_SOCKETS` (never reached) and revocations of other users. Each waits up to 20 s for a quiet machine before its timed parts. Not part of `ci`.'] : []),
+    ...(rec.samples.some((s) => s.scenario === 'S15') ? ['- S15 (issue 19): one backend process for the run (`src/lib/hook-backend.ts`: node:http on 127.0.0.1, keep-alive; admits `?token=u<N>` as user `u<N>`, allows every subscribe with `cacheMs` 600000); per repeat a gateway with `WS_AUTH=jwt` (S11\'s tokens), then one with `WS_AUTH=hook`, `WS_CONNECT_HOOK_URL`, `WS_SUBSCRIBE_HOOK_URL`, `WS_SUBSCRIBE_HOOK_TOPICS=room:*` and the kit\'s `ADMIN_TOKEN`, other hook settings default. Each timed part waits up to 20 s for a quiet machine. Not part of `ci`.'] : []),
     ...(rec.samples.some((s) => s.scenario === 'S8') ? ['- S8 (cluster mode): the same gateway command and settings plus `REDIS_URL` of one private redis-server (`startRedis()` of `@sluice/redis/testing`: loopback, persistence off, flushed before each measurement), started fresh every repeat; gateway processes fresh for every measurement. The embedded single node of each repeat is measured first, then one node on Redis, then the nodes on Redis.'] : []),
     '- S5 stall: the longest event-loop delay since the server started (its start-up and the 300 warm-up upgrades included), sampled every 10 ms, so a reading includes up to 10 ms of sampling interval; the JSON keeps the reading taken just before the storm as `stallMaxMsBefore`.',
   ];

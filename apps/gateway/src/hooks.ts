@@ -7,8 +7,8 @@
  * a call is a promise, and the socket or upgrade that made it goes on when
  * it settles; other sockets are not behind it.
  */
-import { compileRights, type Config, type HookFailure, type HookName, type HookOutcome, HOOK_NAMES, HOOK_OUTCOMES, type HookParse, type Rights, signBody } from '@sluice/core';
-import { counterFrom, gaugeFrom, IndexedHistogram, type Registry } from '@sluice/telemetry';
+import { compileRights, type Config, type HookFailure, type HookName, type HookOutcome, HOOK_NAMES, HOOK_OUTCOMES, type HookParse, type Rights } from '@sluice/core';
+import { counterFrom, gaugeFrom, IndexedHistogram, type Registry, signBody } from '@sluice/telemetry';
 import { Agent, request } from 'undici';
 import { type HookSlot, HookSlot as Slots, type SharedState } from './shared-state.ts';
 import type { ThrottledLine } from './shard/context.ts';

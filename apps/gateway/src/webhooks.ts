@@ -9,8 +9,8 @@
  * receiver is down the queue holds WS_WEBHOOK_QUEUE_MAX events and drops
  * the oldest beyond that, counted: memory never grows without bound.
  */
-import { type Config, signBody, WEBHOOK_EVENTS } from '@sluice/core';
-import { counterFrom, gaugeFrom, IndexedHistogram, type Logger, type Registry } from '@sluice/telemetry';
+import { type Config, WEBHOOK_EVENTS } from '@sluice/core';
+import { counterFrom, gaugeFrom, IndexedHistogram, type Logger, type Registry, signBody } from '@sluice/telemetry';
 import { Agent, request } from 'undici';
 
 const FIRST_RETRY_MS = 250;

@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { verifyBody } from '@sluice/core';
+import { verifyBody } from '@sluice/telemetry';
 import { Client, eventually, type Gateway, metricValue, startGateway } from './harness.ts';
 
 const SECRET = 'webhook-secret-of-at-least-32-characters';

@@ -6,7 +6,7 @@
  * BullMQ retries it with exponential backoff until PUSH_ATTEMPTS, then the
  * job is dead: kept in the failed set and counted.
  */
-import { signBody } from '@sluice/core';
+import { signBody } from '@sluice/telemetry';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type Job, UnrecoverableError, Worker } from 'bullmq';

@@ -20,4 +20,3 @@ export * from './control.ts';
 export * from './user-sockets.ts';
 export * from './presence.ts';
 export * from './hooks.ts';
-export * from './signature.ts';

@@ -4,3 +4,4 @@ export * from './metrics.ts';
 export * from './thread.ts';
 export * from './throttle.ts';
 export * from './tracing.ts';
+export * from './signature.ts';

@@ -6,8 +6,9 @@
  * not answered 2xx within WS_WEBHOOK_TIMEOUT_MS is sent again, the same
  * events with the same ids, after a backoff that doubles up to
  * WS_WEBHOOK_RETRY_MAX_MS with full jitter: at least once. While the
- * receiver is down the queue holds WS_WEBHOOK_QUEUE_MAX events and drops
- * the oldest beyond that, counted: memory never grows without bound.
+ * receiver is down the node holds WS_WEBHOOK_QUEUE_MAX events in all (the
+ * batch being sent included) and drops the oldest queued beyond that,
+ * counted: memory never grows without bound.
  */
 import { type Config, WEBHOOK_EVENTS } from '@sluice/core';
 import { counterFrom, gaugeFrom, IndexedHistogram, type Logger, type Registry, signBody } from '@sluice/telemetry';
@@ -29,6 +30,8 @@ export class WebhookSender {
   private stopped = false;
   private readonly agent: Agent;
   private readonly stats = { events: 0, dropped: 0, ok: 0, failed: 0, retries: 0 };
+  /** Events collected, by type. */
+  private readonly byType: Record<string, number> = Object.fromEntries(WEBHOOK_EVENTS.map((t) => [t, 0]));
   private readonly latency: IndexedHistogram;
   private lastError = 0;
 
@@ -37,12 +40,14 @@ export class WebhookSender {
     this.agent = new Agent({ connections: 1, keepAliveTimeout: 30_000 });
     const s = this.stats;
     counterFrom(registry, 'sluice_webhook_events_total', `Lifecycle events collected for WS_WEBHOOK_URL (${WEBHOOK_EVENTS.join(', ')}).`,
-      undefined, () => s.events);
+      'type', () => this.byType);
     counterFrom(registry, 'sluice_webhook_events_dropped_total',
       'Lifecycle events dropped: the queue held WS_WEBHOOK_QUEUE_MAX (the receiver slow or down), or the node stopped with them unsent.',
       undefined, () => s.dropped);
     counterFrom(registry, 'sluice_webhook_batches_total', 'Webhook POSTs, by outcome: ok (2xx) or error (sent again later).', 'outcome',
       () => ({ ok: s.ok, error: s.failed }));
+    counterFrom(registry, 'sluice_webhook_retries_total', 'Webhook batches scheduled to be sent again after a failed POST.', undefined,
+      () => s.retries);
     gaugeFrom(registry, 'sluice_webhook_queue_events', 'Lifecycle events not yet delivered (queued, and the batch being sent).', () => this.pending, 'sum');
     this.latency = new IndexedHistogram(registry, 'sluice_webhook_duration_seconds', 'From a webhook POST sent to its answer or failure.',
       'outcome', ['ok', 'error']);
@@ -56,12 +61,19 @@ export class WebhookSender {
   /** Events from a shard. */
   add(events: readonly string[]): void {
     this.stats.events += events.length;
+    for (const e of events) {
+      // `{"id":"..","type":"<type>",..`: the shard's Lifecycle writes the type second.
+      const at = e.indexOf('"type":"') + 8;
+      const type = e.slice(at, e.indexOf('"', at));
+      if (type in this.byType) this.byType[type]!++;
+    }
     if (this.stopped) {
       this.stats.dropped += events.length;
       return;
     }
     for (const e of events) this.queue.push(e);
-    const over = this.queue.length - this.head - this.cfg.webhookQueueMax;
+    // The batch being sent counts against the bound too (it is at most WS_WEBHOOK_QUEUE_MAX itself), so `over` never exceeds what is queued.
+    const over = this.pending - this.cfg.webhookQueueMax;
     if (over > 0) {
       this.head += over;
       this.stats.dropped += over;
@@ -87,7 +99,7 @@ export class WebhookSender {
 
   private async sendBatch(): Promise<void> {
     if (this.batch === null) {
-      const end = Math.min(this.queue.length, this.head + this.cfg.webhookBatchMax);
+      const end = Math.min(this.queue.length, this.head + Math.min(this.cfg.webhookBatchMax, this.cfg.webhookQueueMax));
       this.batch = this.queue.slice(this.head, end);
       this.head = end;
       this.batchId = `${this.node}.${(++this.batchSeq).toString(36)}`;

@@ -12,7 +12,7 @@ export interface Routes {
   readonly admission: Admission;
   readonly opened: (ws: Socket) => void;
   readonly message: (ws: Socket, message: ArrayBuffer, isBinary: boolean) => void;
-  readonly closed: (ws: Socket, code: number) => void;
+  readonly closed: (ws: Socket, code: number, message: ArrayBuffer) => void;
   /** uWS's `drain` event: the socket's send buffer has room again. */
   readonly writable: (ws: Socket) => void;
   /** /health/ready */

@@ -36,9 +36,12 @@ export class Lifecycle {
     if (this.wanted.has('connect')) this.emit('connect', `"tenant":"${tenant}","user":${JSON.stringify(user)},"connectionId":"${connectionId}"`);
   }
 
-  disconnect(tenant: string, user: string, connectionId: string, code: number): void {
+  /** `message`: the close frame's reason (uWS's close handler; valid only during it), sent as `reason` when there is one. */
+  disconnect(tenant: string, user: string, connectionId: string, code: number, message: ArrayBuffer): void {
     if (this.wanted.has('disconnect')) {
-      this.emit('disconnect', `"tenant":"${tenant}","user":${JSON.stringify(user)},"connectionId":"${connectionId}","code":${code}`);
+      // A close reason is at most 123 bytes (RFC 6455), so the event stays small.
+      const reason = message.byteLength === 0 ? '' : `,"reason":${JSON.stringify(Buffer.from(message, 0, Math.min(message.byteLength, 123)).toString())}`;
+      this.emit('disconnect', `"tenant":"${tenant}","user":${JSON.stringify(user)},"connectionId":"${connectionId}","code":${code}${reason}`);
     }
   }
 

@@ -116,10 +116,10 @@ export class Session {
     }
   };
 
-  readonly closed = (ws: Socket, code: number): void => {
+  readonly closed = (ws: Socket, code: number, message: ArrayBuffer): void => {
     const d = ws.getUserData();
     d.open = false;
-    this.p.lifecycle?.disconnect(d.tenant, d.user, d.id, code);
+    this.p.lifecycle?.disconnect(d.tenant, d.user, d.id, code, message);
     this.sockets.delete(ws);
     this.p.users.delete(d.userKey, ws);
     if (d.jti !== undefined) this.p.tokens.delete(tokenKey(d.tenant, d.jti), ws);

@@ -29,7 +29,7 @@ export class WebhookSender {
   private sending = false;
   private stopped = false;
   private readonly agent: Agent;
-  private readonly stats = { events: 0, dropped: 0, ok: 0, failed: 0, retries: 0 };
+  private readonly stats = { dropped: 0, ok: 0, failed: 0, retries: 0 };
   /** Events collected, by type. */
   private readonly byType: Record<string, number> = Object.fromEntries(WEBHOOK_EVENTS.map((t) => [t, 0]));
   private readonly latency: IndexedHistogram;
@@ -60,7 +60,6 @@ export class WebhookSender {
 
   /** Events from a shard. */
   add(events: readonly string[]): void {
-    this.stats.events += events.length;
     for (const e of events) {
       // `{"id":"..","type":"<type>",..`: the shard's Lifecycle writes the type second.
       const at = e.indexOf('"type":"') + 8;

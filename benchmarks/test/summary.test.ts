@@ -42,13 +42,22 @@ test('failed samples count as runs but not in medians or ratios', () => {
 });
 
 test('a gate fails below its minimum and when it could not be measured', () => {
-  const gate: Gate = { scenario: 'S1', variant: '32B', kind: 'min', value: 1.5, goal: 'x', why: 'y' };
+  const gate: Gate = { scenario: 'S1', variant: '32B', peer: 'ws', kind: 'min', value: 1.5, goal: 'x', why: 'y' };
   const pass = checkGates(ratios([sample('sluice', 0, 200), sample('ws', 0, 100)]), [gate]);
   assert.equal(pass[0]!.pass, true);
   const fail = checkGates(ratios([sample('sluice', 0, 100), sample('ws', 0, 100)]), [gate]);
   assert.equal(fail[0]!.pass, false);
   const none = checkGates(ratios([sample('ws', 0, 100)]), [gate]);
   assert.equal(none[0]!.pass, false);
+});
+
+test('a gate reads the ratio to its own peer: raw uWS, not ws', () => {
+  const gate: Gate = { scenario: 'S1', variant: '32B', peer: 'uws', kind: 'min', value: 0.5, goal: 'x', why: 'y' };
+  const run = [sample('sluice', 0, 100), sample('ws', 0, 40), sample('uws', 0, 250)];
+  const [r] = checkGates(ratios(run), [gate]);
+  assert.equal(r!.measured, 0.4);
+  assert.equal(r!.pass, false);
+  assert.equal(checkGates(ratios(run), [{ ...gate, value: 0.4 }])[0]!.pass, true);
 });
 
 test('client-bound means the generator saturated while the server did not', () => {

@@ -1,7 +1,8 @@
 // Goals (what Sluice is held to) and CI gates (what fails the build today).
 // Every gate compares Sluice (WS_WORKERS=2, the shipped default on this
-// 2-core machine) with `ws` measured in the same run, so a slower or busier
-// CI machine moves both sides alike. A gate starts below today's measured
+// 2-core machine) with raw uWebSockets.js (the limit of this stack; `ws`
+// until issue 20) measured in the same run, so a slower or busier CI machine
+// moves both sides alike. A gate starts below today's measured
 // ratio by a margin for noise and moves up towards its goal as Sluice gets
 // faster; the goal stands beside each gate.
 
@@ -59,8 +60,10 @@ export const GOALS: readonly Goal[] = [
 export interface Gate {
   scenario: ScenarioId;
   variant: string;
+  /** The peer measured in the same run: raw uWS, the limit of this stack. */
+  peer: TargetName;
   kind: 'min' | 'max';
-  /** Sluice / ws, same run, median over repeats. */
+  /** Sluice (2 workers) / peer, same run, median of the per-repeat ratios. */
   value: number;
   goal: string;
   why: string;
@@ -90,11 +93,23 @@ export interface Gate {
  * over the old 0.4 gate). Why Node 24 holds a socket in more is not
  * measured yet. 0.5 keeps about 20% beyond the worst; the absolute goal
  * (3 KiB) is still met on both. Issue 20 brings it down (at most 1 KiB).
+ *
+ * Issue 20 moved every gate from ws to raw uWS and added S5 (S1, S3, S4 and
+ * S5 gated). Calibrated at e5900a9 on one quiet `ci` run (other load 0-6%,
+ * 3 repeats, Node 20): per-repeat Sluice/raw uWS S1 32 B 0.43, 0.62, 0.44;
+ * S3 0.87, 0.80, 0.83; S4 4.6 to 4.8 (2.32 KiB against 0.49 KiB per idle
+ * socket); S5 3.05, 2.12, 3.16. S1 moves most: Sluice's two shard threads
+ * and the generator share 2 cores, raw uWS runs one thread. Each gate sits
+ * about 30% beyond the worst repeat (S4 further: Node 24 held a socket in
+ * 1.4x Node 20's memory at d055c48), so a slow CI machine keeps it and a
+ * regression of that size fails it. They are guards, far from the issue's
+ * goals (beside each gate); raise them as the gateway gets there.
  */
 export const GATES: readonly Gate[] = [
-  { scenario: 'S1', variant: '32B', kind: 'min', value: 1.0, goal: '>= 3x ws (S1 goal)', why: '2.27 to 3.28 (86fe58f..5149bbc); 1.17 to 2.4 (57b1257, a slower day)' },
-  { scenario: 'S3', variant: '64B', kind: 'min', value: 7.0, goal: '>= 5x ws (S3 goal, met)', why: '9.4 to 11.9 (86fe58f..5149bbc)' },
-  { scenario: 'S4', variant: '15000 idle', kind: 'max', value: 0.5, goal: '<= 3 KiB per socket, absolute (S4 goal, met)', why: '0.18 to 0.31 (86fe58f..5149bbc); Node 24 0.41 (d055c48)' },
+  { scenario: 'S1', variant: '32B', peer: 'uws', kind: 'min', value: 0.3, goal: '>= 0.75x raw uWS (issue 20, 2 workers)', why: '0.43 to 0.62 (e5900a9)' },
+  { scenario: 'S3', variant: '64B', peer: 'uws', kind: 'min', value: 0.6, goal: '>= 0.7x raw uWS (S3 goal, met)', why: '0.80 to 0.87 (e5900a9)' },
+  { scenario: 'S4', variant: '15000 idle', peer: 'uws', kind: 'max', value: 7.5, goal: '<= 1 KiB per socket, absolute (issue 20)', why: '4.6 to 4.8 (e5900a9); Node 24 held 1.4x Node 20 (d055c48)' },
+  { scenario: 'S5', variant: '15000 upgrades', peer: 'uws', kind: 'max', value: 4.5, goal: '<= 2x raw uWS (issue 20)', why: '2.12 to 3.16 (e5900a9)' },
 ];
 
 export interface GateResult {
@@ -106,7 +121,7 @@ export interface GateResult {
 
 export function checkGates(ratiosList: readonly Ratio[], gates: readonly Gate[] = GATES): GateResult[] {
   return gates.map((gate) => {
-    const r = ratiosList.find((x) => x.scenario === gate.scenario && x.variant === gate.variant && x.sluice === 'sluice' && x.peer === 'ws');
+    const r = ratiosList.find((x) => x.scenario === gate.scenario && x.variant === gate.variant && x.sluice === 'sluice' && x.peer === gate.peer);
     const measured = r?.value ?? NaN;
     const pass = Number.isFinite(measured) && (gate.kind === 'min' ? measured >= gate.value : measured <= gate.value);
     return { gate, measured, pairs: r?.pairs ?? 0, pass };

@@ -435,8 +435,8 @@ export function goalsTable(goals: readonly GoalResult[]): string {
 }
 
 export function gatesTable(gates: readonly GateResult[]): string {
-  return table(['gate (Sluice 2 workers vs ws, same run)', 'measured', 'gate', 'calibration', 'goal', 'result'], gates.map((g) => [
-    `${g.gate.scenario} ${g.gate.variant}: ${HEADLINE[g.gate.scenario].label}`, `${fmtRatio(g.measured)} (${g.pairs} pairs)`,
+  return table(['gate (Sluice 2 workers vs the peer, same run)', 'measured', 'gate', 'calibration', 'goal', 'result'], gates.map((g) => [
+    `${g.gate.scenario} ${g.gate.variant}: ${HEADLINE[g.gate.scenario].label} vs ${PEER_LABEL[g.gate.peer]}`, `${fmtRatio(g.measured)} (${g.pairs} pairs)`,
     `${g.gate.kind === 'min' ? '>=' : '<='} ${g.gate.value}x`, g.gate.why, g.gate.goal, g.pass ? 'pass' : 'FAIL',
   ]));
 }

@@ -118,7 +118,7 @@ async function once(mode: (typeof COMPRESSION_MODES)[number], kind: Kind, repeat
       perSec: delivered / wallS, perServerCpuS: delivered / serverCpuS,
       extra: {
         mode, kind, negotiated, bytesPerDelivery: bytes / delivered, eventJsonBytes: plainBytes,
-        cpuPerDeliveryUs: (serverCpuS / delivered) * 1e6, rssPerSocketBytes: srv.rssBytes() / (cfg.subscribers + 1),
+        cpuPerDeliveryUs: (serverCpuS / delivered) * 1e6, rssBytes: srv.rssBytes(), subscribers: cfg.subscribers,
       },
     };
   } catch (err) {

@@ -323,7 +323,7 @@ const schema = [
   v({
     name: 'WS_COMPRESSION', key: 'compression', section: 'Per-socket limits',
     type: oneOf(COMPRESSION_MODES), default: 'off',
-    doc: 'permessage-deflate: `off`, `shared` (one compressor per shard), `dedicated` (4 KB compressor per socket).',
+    doc: 'permessage-deflate for events: `off`, `shared` (one compressor per shard thread, each message deflated on its own), `dedicated` (a compressor with a 4 KB window per socket, kept between messages).',
   }),
   v({
     name: 'WS_MAX_MESSAGES', key: 'maxMessages', section: 'Per-socket limits',

@@ -1,4 +1,4 @@
-// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|s7|s8|s9|s10|s11|s12|s13|s14|s15|report> [options]`.
+// Entry point: `node --import tsx src/cli.ts <all|ci|s1|s2|s3|s4|s5|s6|s7|s8|s9|s10|s11|s12|s13|s14|s15|s17|report> [options]`.
 // See benchmarks/README.md for what each command runs and what the columns mean.
 
 import { execFileSync } from 'node:child_process';
@@ -18,7 +18,7 @@ import { gatesTable, goalsTable, mergeRuns, methodSection, ratiosTable, renderSt
 
 const USAGE = `usage: cli.ts <command> [options]
 commands:
-  all        every scenario below in this order (S6 against sluice and ws, S8 twice, S9, S10, S11, S12, S14 once, S15 3 times);
+  all        every scenario below in this order (S6 against sluice and ws, S8 twice, S9, S10, S11, S12, S14 once, S15 and S17 3 times);
              writes runs/*.json, results.md, results.svg
   ci         short ${SCENARIOS.filter((x) => x.gates !== undefined).map((x) => x.command.split(' | ')[0]).join(', ')} against sluice and raw uWS; exits 1 when a gate fails
 ${SCENARIOS.map((x) => `  ${x.command.padEnd(9)}  ${x.usage}`).join('\n')}
@@ -31,7 +31,7 @@ options:
   --warmup-ms n      warm-up before the window (S1-S3, S8)
   --procs n          load-generator processes (S3, S8: subscriber processes; S9: client processes; S11-S15)
   --sockets n        sockets (S1, S2, S4/S5, S7, S10-S14), clients per kind (S9)
-  --subscribers n    subscribers (S3, S8)
+  --subscribers n    subscribers (S3, S8; S17: ws clients, default 500)
   --sizes a,b        payload sizes in bytes (S1)
   --depth n          frames in flight per socket (S1, S2) or acks in flight (S3, S8)
   --concurrency n    handshakes in flight per generator process (S4/S5, S7, S9, S11, S12; S11: refreshes awaiting a reply too)
@@ -53,6 +53,8 @@ options:
   --rst-at-close     S12: a client sends its RST as it reads its close frame (default: every RST after the last close)
   --revocations n    S13: revocations of other users posted to the limits arm before its run (default 1000; 0: none)
   --ttl-ms n         S14: WS_PRESENCE_TTL_MS of the nodes (default 30000), what bounds the SIGKILL phase; --rate: joins per second (1000)
+  --events n         S17: timed publishes per variant (default 3000)
+  --warmup n         S17: publishes before the timed ones (default 300)
   --quick            S14: 2000 sockets, 2 processes, shorter churn phases, a 4 s TTL (a smoke test, about a minute); S15: 500 sockets, 3 topics
   --no-sio           S14: without the Socket.IO comparison
   --no-report        (all) do not rewrite results.md / results.svg`;
@@ -80,7 +82,7 @@ function parse(): Cli {
       rate: { type: 'string' }, 'delay-ms': { type: 'string' }, nodes: { type: 'string' },
       scrapes: { type: 'string' }, bursts: { type: 'string' }, burst: { type: 'string' }, topics: { type: 'string' }, 'admin-rate': { type: 'string' },
       rounds: { type: 'string' }, revocations: { type: 'string' }, 'rst-at-close': { type: 'boolean' },
-      'ttl-ms': { type: 'string' }, quick: { type: 'boolean' }, 'no-sio': { type: 'boolean' },
+      'ttl-ms': { type: 'string' }, quick: { type: 'boolean' }, 'no-sio': { type: 'boolean' }, events: { type: 'string' }, warmup: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });

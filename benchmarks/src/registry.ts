@@ -20,11 +20,12 @@ import { runRevoke, S12_DEFAULT } from './scenarios/revoke.ts';
 import { runLimits, S13_DEFAULT } from './scenarios/limits.ts';
 import { runPresence, S14_DEFAULT, S14_QUICK } from './scenarios/presence.ts';
 import { runHooks, S15_DEFAULT, S15_QUICK } from './scenarios/hooks.ts';
+import { runCompression, S17_DEFAULT } from './scenarios/compression.ts';
 import type { RunOptions, Sample, ScenarioId } from './scenarios/common.ts';
 import { GATES, type Gate } from './report/gates.ts';
 import type { Row } from './report/summary.ts';
 import {
-  rateTable, renderDrainSvg, renderPresenceSvg, renderStormSvg, s10Table, s11Table, s12Table, s13Table, s14Table, s15Table, s4Table, s5Table, s6Table, s7Table,
+  rateTable, renderDrainSvg, renderPresenceSvg, renderStormSvg, s10Table, s11Table, s12Table, s13Table, s14Table, s15Table, s17Table, s4Table, s5Table, s6Table, s7Table,
   s8Table, s9Table,
 } from './report/render.ts';
 
@@ -310,6 +311,18 @@ export const SCENARIOS: readonly Scenario[] = [
       return measure(ctx, 'S15', cfg, runHooks);
     },
     views: [{ id: 'S15', title: 'S15 backend hooks (issue 19): connect hook beside jwt, subscribe hook and its cache', table: s15Table }],
+  },
+  {
+    command: 's17',
+    usage: 'compression (issue 20): WS_COMPRESSION off, shared and dedicated, for price ticks and chat messages: --subscribers (500) ws clients\n' +
+      '             offering permessage-deflate on one topic, one publisher, --events (3000) publishes --depth (4) in flight; gateway CPU and bytes\n' +
+      '             on the wire per delivery; default 3 repeats, about 1.5 min (also part of all)',
+    defaultTargets: ['sluice'],
+    targets: withSluice,
+    repeats: (n, alone) => (alone ? n ?? 3 : 3),
+    run: (ctx) => measure(ctx, 'S17', ctx.alone ? { ...S17_DEFAULT, ...given(ctx.v, { subscribers: 'subscribers', events: 'events', depth: 'depth', warmup: 'warmup' }) } : { ...S17_DEFAULT },
+      runCompression),
+    views: [{ id: 'S17', title: 'S17 compression (issue 20): WS_COMPRESSION per delivery, price ticks and chat', table: s17Table }],
   },
 ];
 

@@ -38,6 +38,8 @@ export class SlowLane<D extends LaneData> {
     private readonly limits: OutboundLimits,
     private readonly queue: { ephemeralDropLen: number; slowConsumerLen: number },
     private readonly close: (ws: WebSocket<D>, d: D, reason: CloseReason) => void,
+    /** WS_COMPRESSION is on: events go out with uWS's `compress` flag. */
+    private readonly compress = false,
   ) {}
 
   /** Sockets in the slow lane now. */
@@ -130,7 +132,7 @@ export class SlowLane<D extends LaneData> {
       this.offer(ws, d, ev, now);
       return;
     }
-    if (ws.send(ev.frame, false) === 0) this.counters.sent++;
+    if (ws.send(ev.frame, false, this.compress) === 0) this.counters.sent++;
     else d.unsent++;
   }
 
@@ -241,7 +243,7 @@ export class SlowLane<D extends LaneData> {
     ws.cork(() => {
       while (mailbox.size > 0 && ws.getBufferedAmount() < soft) {
         // 0: written to the kernel; 1: buffered by uWS (sent when it drains).
-        if (ws.send(mailbox.shift()!.frame, false) === 0) sent++;
+        if (ws.send(mailbox.shift()!.frame, false, this.compress) === 0) sent++;
         else d.unsent++;
       }
       if (mailbox.size === 0) {

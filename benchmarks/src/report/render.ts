@@ -264,6 +264,20 @@ export function s15Table(rs: readonly Row[], status: (r: Row) => string): string
     );
 }
 
+/** S17: WS_COMPRESSION off, shared and dedicated, per delivery: the gateway's CPU and the bytes on the wire. */
+export function s17Table(rs: readonly Row[], status: (r: Row) => string): string {
+  const x = (r: Row, k: string): number => r.extras[k] ?? NaN;
+  const off = (r: Row): Row | undefined => rs.find((o) => o.variant === `${r.notes['kind'] ?? r.variant.split(',')[0]}, off`);
+  const rel = (v: number, base: number | undefined): string => (base !== undefined && Number.isFinite(v) && Number.isFinite(base) && base > 0 ? fmtRatio(v / base) : '-');
+  return 'One publisher, `ws` subscribers offering permessage-deflate (declined with `off`), one topic; the gateway (WS_WORKERS=2) fresh per ' +
+    'variant. `on the wire`: bytes the subscribers\' TCP sockets read (frame headers included) / deliveries; `event JSON`: the frame before ' +
+    'compression; `vs off`: the same kind with compression off; `RSS over off per socket`: the gateway\'s RSS after the run minus that of the same kind with `off`, per subscriber (what a compressor costs a socket). Medians over repeats.\n\n' +
+    table(['variant', 'server CPU per delivery', 'vs off', 'on the wire per delivery', 'vs off', 'event JSON', 'deliveries/server-CPU-s', 'RSS over off per socket', 'negotiated', 'other load', 'ok runs'],
+      rs.map((r) => [r.variant, `${x(r, 'cpuPerDeliveryUs').toFixed(2)}us`, rel(x(r, 'cpuPerDeliveryUs'), off(r)?.extras['cpuPerDeliveryUs']),
+        `${x(r, 'bytesPerDelivery').toFixed(1)} B`, rel(x(r, 'bytesPerDelivery'), off(r)?.extras['bytesPerDelivery']), `${Math.round(x(r, 'eventJsonBytes'))} B`,
+        fmtInt(r.perServerCpuS), off(r) === undefined || off(r) === r ? '-' : fmtBytes((x(r, 'rssBytes') - x(off(r)!, 'rssBytes')) / x(r, 'subscribers')), String(Math.round(x(r, 'negotiated'))), pct(r.otherUtil), status(r)]));
+}
+
 /** S12: one revocation to node A, every socket of the user closed on both nodes. */
 export function s12Table(rs: readonly Row[], status: (r: Row) => string): string {
   const x = (r: Row, k: string): number => r.extras[k] ?? NaN;

@@ -58,6 +58,7 @@ export interface Config {
   readonly redisUrl: string | undefined;
   readonly redisCluster: boolean;
   readonly auth: AuthMode;
+  readonly compression: CompressionMode;
   readonly jwtSecret: string | undefined;
   readonly jwtPublicKeyFile: string | undefined;
   readonly jwtIssuer: string | undefined;
@@ -105,6 +106,9 @@ export const AUTH_MODES = ['none', 'jwt', 'hook'] as const;
 export const WEBHOOK_EVENTS = ['connect', 'disconnect', 'presence_join', 'presence_leave', 'topic_occupied', 'topic_vacated'] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 export type AuthMode = (typeof AUTH_MODES)[number];
+/** permessage-deflate: `off`, one compressor shared by the shard, or one per socket. */
+export const COMPRESSION_MODES = ['off', 'shared', 'dedicated'] as const;
+export type CompressionMode = (typeof COMPRESSION_MODES)[number];
 
 /** What loadConfig needs to know about the machine; the caller reads it. */
 export interface ConfigHost {
@@ -315,6 +319,11 @@ const schema = [
     name: 'WS_HARD_MAX_FRAME_BYTES', key: 'hardMaxFrameBytes', section: 'Per-socket limits',
     type: int(64, 67_108_864, 'bytes'), default: 1_048_576,
     doc: 'Hard frame cap: a larger frame closes the socket with 1009.',
+  }),
+  v({
+    name: 'WS_COMPRESSION', key: 'compression', section: 'Per-socket limits',
+    type: oneOf(COMPRESSION_MODES), default: 'off',
+    doc: 'permessage-deflate for events: `off`, `shared` (one compressor per shard thread, each message deflated on its own), `dedicated` (a compressor with a 4 KB window per socket, kept between messages).',
   }),
   v({
     name: 'WS_MAX_MESSAGES', key: 'maxMessages', section: 'Per-socket limits',

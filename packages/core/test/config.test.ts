@@ -51,6 +51,7 @@ test('an empty env gives the documented defaults and no warnings', () => {
     workers: 8,
     maxSockets: 0,
     maxFrameBytes: 131072,
+    compression: 'off',
     hardMaxFrameBytes: 1048576,
     maxMessages: 20,
     rateWindowMs: 1000,

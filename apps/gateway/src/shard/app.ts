@@ -24,6 +24,7 @@ export function buildApp(uws: Uws, cfg: Config, log: Logger, r: Routes): Templat
     .App()
     .ws<SocketData>('/ws', {
       ...socketOptions(cfg),
+      compression: compression(uws, cfg.compression),
       upgrade: (res, req, context) => upgradeGuarded(log, r.admission, res, req, context),
       open: r.opened,
       message: r.message,
@@ -65,4 +66,13 @@ function httpJson(res: HttpResponse, status: string, body: string): void {
   res.cork(() => {
     res.writeStatus(status).writeHeader('content-type', 'application/json').end(body, true);
   });
+}
+
+/** uWS's compressor for a WS_COMPRESSION mode; the decompressor is always the shared one. */
+function compression(uws: Uws, mode: Config['compression']): number {
+  switch (mode) {
+    case 'off': return uws.DISABLED;
+    case 'shared': return uws.SHARED_COMPRESSOR | uws.SHARED_DECOMPRESSOR;
+    case 'dedicated': return uws.DEDICATED_COMPRESSOR_4KB | uws.SHARED_DECOMPRESSOR;
+  }
 }

@@ -38,6 +38,13 @@ export class ThrottledLine {
 
 export class ShardContext {
   readonly cfg: Config;
+  /**
+   * WS_COMPRESSION is on: events (and presence_state) go out with uWS's
+   * `compress` flag, deflated for the sockets that negotiated
+   * permessage-deflate; replies, pongs and acks never (a few dozen bytes,
+   * where deflate costs more than it saves).
+   */
+  readonly compressEvents: boolean;
   readonly log: Logger;
   readonly counters: ShardCounters = newCounters();
   /** Log lines left out by the throttle, by level. */
@@ -47,6 +54,7 @@ export class ShardContext {
 
   constructor(readonly task: ShardTask, readonly tracing: ShardTracing | null) {
     this.cfg = task.config;
+    this.compressEvents = this.cfg.compression !== 'off';
     this.log = createLogger(this.cfg.logLevel, { shard: task.shard });
     this.lines = {
       rejected: new ThrottledLine(this.log, 'debug', this.suppressed),

@@ -99,7 +99,7 @@ export class FanOut {
     // drains its topic queue at the end of this turn; those with one (the
     // watched sockets) are counted when their buffer empties.
     this.lane.counters.sent += this.app.numSubscribers(ev.topic) - buffering;
-    this.app.publish(ev.topic, ev.frame, false, false);
+    this.app.publish(ev.topic, ev.frame, false, this.ctx.compressEvents);
     this.lane.deliver(ev, now);
     const t = this.topics.get(ev.topic);
     if (t !== undefined) {

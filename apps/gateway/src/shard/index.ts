@@ -128,6 +128,7 @@ class Shard {
         ctx.lines.closed.write({ conn: d.id, ip: d.ip, reason, queued: d.mailbox?.size ?? 0 }, 'closing a socket that reads too slowly');
         this.session.close(ws, d, reason, retryHint(cfg, Math.random));
       },
+      ctx.compressEvents,
     );
     const topics = new Topics<Recovery>(this.broker, ctx.lines.degraded);
     const recoveries = new Recoveries(ctx, this.broker, topics, lane);

@@ -78,8 +78,9 @@ export class Recoveries {
 
   private replay(rec: Recovery, f: JoinFrame, read: HistoryRead): void {
     const { ws, d, key, splice } = rec;
+    const compress = this.ctx.compressEvents;
     const send = (e: { readonly frame: string }): void => {
-      ws.send(e.frame, false);
+      ws.send(e.frame, false, compress);
     };
     ws.cork(() => {
       splice.replay(read.events, send);
@@ -104,7 +105,7 @@ export class Recoveries {
       const past = (r & SplicePast) !== 0;
       if (rec.d.open) {
         rec.ws.cork(() => {
-          if ((r & SpliceEmit) !== 0) rec.ws.send(ev.frame, false);
+          if ((r & SpliceEmit) !== 0) rec.ws.send(ev.frame, false, this.ctx.compressEvents);
           if (past) this.lane.subscribe(rec.ws, rec.d, rec.key);
         });
       }

@@ -84,7 +84,7 @@ export class Session {
     const presence = this.p.presence;
     if (presence === null || !presence.keeps(key)) return;
     presence.joined(d, key);
-    ws.send(presence.stateFrame(d, key), false);
+    ws.send(presence.stateFrame(d, key), false, this.ctx.compressEvents);
   }
 
   /** Closes a socket with the code and JSON reason of the protocol's close table. */

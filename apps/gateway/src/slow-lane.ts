@@ -2,6 +2,7 @@ import type { CongestionState, Delivery, MailItem, OutboundLimits } from '@sluic
 import { decideOutbound, Mailbox, onDrained } from '@sluice/core';
 import type { CloseReason } from '@sluice/protocol';
 import type { WebSocket } from '@sluice/uws';
+import type { UserSlot } from './user-slot.ts';
 
 /** What the slow lane needs of a socket's user data. */
 export interface LaneData extends CongestionState {
@@ -29,15 +30,15 @@ export interface LaneCounters {
  * topics in the same synchronous block: nothing reordered, lost or doubled.
  */
 export class SlowLane<D extends LaneData> {
-  private readonly byTopic = new Map<string, Set<WebSocket<D>>>();
+  private readonly byTopic = new Map<string, Set<WebSocket<UserSlot<D>>>>();
   /** Native-lane sockets that had unsent bytes at the last sweep. */
-  private readonly watch = new Set<WebSocket<D>>();
+  private readonly watch = new Set<WebSocket<UserSlot<D>>>();
   readonly counters: LaneCounters = { dropped: { ephemeral: 0, superseded: 0, evicted: 0 }, sent: 0 };
 
   constructor(
     private readonly limits: OutboundLimits,
     private readonly queue: { ephemeralDropLen: number; slowConsumerLen: number },
-    private readonly close: (ws: WebSocket<D>, d: D, reason: CloseReason) => void,
+    private readonly close: (ws: WebSocket<UserSlot<D>>, d: D, reason: CloseReason) => void,
     /** WS_COMPRESSION is on: events go out with uWS's `compress` flag. */
     private readonly compress = false,
   ) {}
@@ -50,7 +51,7 @@ export class SlowLane<D extends LaneData> {
    * direct sends: a socket at the hard limit is closed, a congested one moves
    * to the slow lane.
    */
-  check(ws: WebSocket<D>, d: D, now: number, buffered: number = ws.getBufferedAmount()): void {
+  check(ws: WebSocket<UserSlot<D>>, d: D, now: number, buffered: number = ws.getBufferedAmount()): void {
     if (d.mailbox !== null) {
       this.tick(ws, d, now);
       return;
@@ -74,7 +75,7 @@ export class SlowLane<D extends LaneData> {
     if (this.watch.size === 0) return 0;
     let buffering = 0;
     for (const ws of this.watch) {
-      const d = ws.getUserData();
+      const d = ws.getUserData().d;
       if (!d.open || d.mailbox !== null) {
         this.watch.delete(ws);
         continue;
@@ -94,7 +95,7 @@ export class SlowLane<D extends LaneData> {
    * Events that uWS had buffered for a socket count as sent once its buffer
    * is empty (when uWS says it is writable, or a sweep finds it so).
    */
-  countSent(ws: WebSocket<D>, d: D, buffered: number): void {
+  countSent(ws: WebSocket<UserSlot<D>>, d: D, buffered: number): void {
     if (d.unsent > 0 && buffered === 0) {
       this.counters.sent += d.unsent;
       d.unsent = 0;
@@ -107,8 +108,8 @@ export class SlowLane<D extends LaneData> {
    * bytes is merely busy; watching every such socket would put a loop over
    * them on every event of a broadcast.
    */
-  watchIf(ws: WebSocket<D>, buffered: number): void {
-    if (buffered >= this.limits.slowBufferBytes / 4 && ws.getUserData().mailbox === null) this.watch.add(ws);
+  watchIf(ws: WebSocket<UserSlot<D>>, buffered: number): void {
+    if (buffered >= this.limits.slowBufferBytes / 4 && ws.getUserData().d.mailbox === null) this.watch.add(ws);
     else this.watch.delete(ws);
   }
 
@@ -117,7 +118,7 @@ export class SlowLane<D extends LaneData> {
     const set = this.byTopic.get(ev.topic);
     if (set === undefined) return;
     for (const ws of set) {
-      const d = ws.getUserData();
+      const d = ws.getUserData().d;
       if (d.open && d.mailbox !== null) this.offer(ws, d, ev, now);
     }
   }
@@ -127,7 +128,7 @@ export class SlowLane<D extends LaneData> {
    * now, or offered to its mailbox while it is in the slow lane, so that it
    * keeps its place behind what waits there.
    */
-  sendTo(ws: WebSocket<D>, d: D, ev: MailItem, now: number): void {
+  sendTo(ws: WebSocket<UserSlot<D>>, d: D, ev: MailItem, now: number): void {
     if (d.mailbox !== null) {
       this.offer(ws, d, ev, now);
       return;
@@ -137,13 +138,13 @@ export class SlowLane<D extends LaneData> {
   }
 
   /** uWS's `drain` event: some of the socket's buffer went out, it is writable again. */
-  writable(ws: WebSocket<D>, d: D, now: number): void {
+  writable(ws: WebSocket<UserSlot<D>>, d: D, now: number): void {
     if (d.mailbox !== null) this.tick(ws, d, now);
     this.countSent(ws, d, ws.getBufferedAmount());
   }
 
   /** A joined topic of a socket: native when healthy, in the mailbox's care when slow. */
-  subscribe(ws: WebSocket<D>, d: D, key: string): void {
+  subscribe(ws: WebSocket<UserSlot<D>>, d: D, key: string): void {
     if (d.mailbox === null) {
       ws.subscribe(key);
       return;
@@ -153,14 +154,14 @@ export class SlowLane<D extends LaneData> {
     set.add(ws);
   }
 
-  unsubscribe(ws: WebSocket<D>, key: string): void {
+  unsubscribe(ws: WebSocket<UserSlot<D>>, key: string): void {
     const set = this.byTopic.get(key);
     if (set !== undefined && set.delete(ws) && set.size === 0) this.byTopic.delete(key);
-    if (ws.getUserData().mailbox === null && ws.isSubscribed(key)) ws.unsubscribe(key);
+    if (ws.getUserData().d.mailbox === null && ws.isSubscribed(key)) ws.unsubscribe(key);
   }
 
   /** The socket closed: forget it. Whatever its mailbox held counts as evicted. */
-  forget(ws: WebSocket<D>, d: D): void {
+  forget(ws: WebSocket<UserSlot<D>>, d: D): void {
     this.watch.delete(ws);
     // What uWS still held for a socket that closed never reached it.
     this.counters.dropped.evicted += d.unsent;
@@ -176,7 +177,7 @@ export class SlowLane<D extends LaneData> {
     }
   }
 
-  private enter(ws: WebSocket<D>, d: D): void {
+  private enter(ws: WebSocket<UserSlot<D>>, d: D): void {
     // uWS hands topic messages to a socket lazily, on its next send: a ping
     // makes it take what was published to it so far before it unsubscribes,
     // so nothing published before this moment is lost or overtaken.
@@ -194,7 +195,7 @@ export class SlowLane<D extends LaneData> {
     }
   }
 
-  private offer(ws: WebSocket<D>, d: D, ev: MailItem, now: number): void {
+  private offer(ws: WebSocket<UserSlot<D>>, d: D, ev: MailItem, now: number): void {
     const mailbox = d.mailbox!;
     switch (decideOutbound(d, ws.getBufferedAmount(), now, this.limits)) {
       case 'close_buffer_limit':
@@ -227,7 +228,7 @@ export class SlowLane<D extends LaneData> {
   }
 
   /** Time or a drain: evict what waited too long, flush what fits, leave the lane when empty. */
-  private tick(ws: WebSocket<D>, d: D, now: number): void {
+  private tick(ws: WebSocket<UserSlot<D>>, d: D, now: number): void {
     const buffered = ws.getBufferedAmount();
     const out = decideOutbound(d, buffered, now, this.limits);
     if (out === 'close_buffer_limit') this.close(ws, d, 'buffer_limit');
@@ -236,7 +237,7 @@ export class SlowLane<D extends LaneData> {
   }
 
   /** Sends from the mailbox while the socket has room; rejoins the fast lane once it is empty. */
-  private flush(ws: WebSocket<D>, d: D): void {
+  private flush(ws: WebSocket<UserSlot<D>>, d: D): void {
     const mailbox = d.mailbox!;
     const soft = this.limits.slowBufferBytes;
     let sent = 0;

@@ -48,10 +48,13 @@ export class AdminActions {
         let sockets: Socket[];
         if ('connectionId' in t) {
           sockets = [];
-          if (t.connectionId.startsWith(this.idPrefix)) {
+          // The id's last part is the socket's seq in base 36 (socketId): compared as a number, nothing made per socket.
+          const suffix = t.connectionId.slice(this.idPrefix.length);
+          const seq = parseInt(suffix, 36);
+          if (t.connectionId.startsWith(this.idPrefix) && seq.toString(36) === suffix) {
             for (const ws of this.session.sockets) {
-              const d = ws.getUserData();
-              if (d.id === t.connectionId) {
+              const d = ws.getUserData().d;
+              if (d.seq === seq) {
                 if (t.tenant === undefined || t.tenant === d.tenant) sockets.push(ws);
                 break;
               }
@@ -60,7 +63,7 @@ export class AdminActions {
         } else sockets = this.users.of(userKey(t.tenant, t.user));
         let n = 0;
         for (const ws of sockets) {
-          const d = ws.getUserData();
+          const d = ws.getUserData().d;
           if (!d.open) continue;
           this.session.close(ws, d, 'disconnected', cmd.retry ? retryHint(this.ctx.cfg, Math.random) : undefined);
           n++;
@@ -69,12 +72,12 @@ export class AdminActions {
       }
       case 'subscribe': {
         let n = 0;
-        for (const ws of this.users.of(userKey(cmd.tenant, cmd.user))) if (this.session.grant(ws, ws.getUserData(), cmd.topic)) n++;
+        for (const ws of this.users.of(userKey(cmd.tenant, cmd.user))) if (this.session.grant(ws, ws.getUserData().d, cmd.topic)) n++;
         return n;
       }
       case 'unsubscribe': {
         let n = 0;
-        for (const ws of this.users.of(userKey(cmd.tenant, cmd.user))) if (this.session.remove(ws, ws.getUserData(), cmd.topic)) n++;
+        for (const ws of this.users.of(userKey(cmd.tenant, cmd.user))) if (this.session.remove(ws, ws.getUserData().d, cmd.topic)) n++;
         return n;
       }
     }
@@ -91,7 +94,7 @@ export class AdminActions {
     for (const user of users) {
       let reached = false;
       for (const ws of this.users.of(userKey(tenant, user))) {
-        const d = ws.getUserData();
+        const d = ws.getUserData().d;
         if (!d.open) continue;
         reached = true;
         // An empty frame is a presence probe (GET /v1/online): nothing is sent.
@@ -115,7 +118,7 @@ export class AdminActions {
   }
 
   private closeIfRevoked(ws: Socket, now: number): number {
-    const d = ws.getUserData();
+    const d = ws.getUserData().d;
     if (!d.open || !this.revocations.revoked(d, now)) return 0;
     this.session.close(ws, d, 'token_revoked');
     return 1;

@@ -67,6 +67,8 @@ export class Admission {
   private readonly origins: readonly OriginRule[] | undefined;
   /** Connections accepted by this shard generation: the last part of their ids. */
   private seq = 0;
+  /** `<node>.<shard>.<generation>.`: the first part of their ids, one string for all. */
+  private readonly idPrefix: string;
 
   constructor(
     private readonly ctx: ShardContext,
@@ -84,6 +86,8 @@ export class Admission {
   ) {
     const cfg = ctx.cfg;
     this.origins = cfg.allowedOrigins === undefined ? undefined : parseOriginList(cfg.allowedOrigins);
+    const t = ctx.task;
+    this.idPrefix = `${t.nodeId}.${t.shard}.${t.generation}.`;
   }
 
   readonly upgrade = (res: HttpResponse, req: HttpRequest, context: us_socket_context_t): void => {
@@ -256,12 +260,11 @@ export class Admission {
 
   private accept(res: HttpResponse, context: us_socket_context_t, key: string, protocol: string, extensions: string, ip: string,
     who: Identity, claimed: boolean): 'accepted' {
-    const t = this.ctx.task;
-    const data = newSocketData(`${t.nodeId}.${t.shard}.${t.generation}.${(++this.seq).toString(36)}`, who, ip,
+    const data = newSocketData(this.idPrefix, ++this.seq, who, ip,
       this.ctx.cfg.userMsgLimit > 0 && this.ctx.cfg.auth !== 'none', claimed);
     this.ctx.counters.upgrades.accepted++;
     // Not res.cork(): see upgradeCorked.
-    upgradeCorked(res, () => res.upgrade(data, key, protocol, extensions, context));
+    upgradeCorked(res, () => res.upgrade({ d: data }, key, protocol, extensions, context));
     return 'accepted';
   }
 }

@@ -6,7 +6,7 @@ import { type Config, Refusals, socketOptions } from '@sluice/core';
 import type { HttpRequest, HttpResponse, TemplatedApp, us_socket_context_t, Uws } from '@sluice/uws';
 import type { Logger } from '@sluice/telemetry';
 import type { Admission } from './admission.ts';
-import type { Socket, SocketData } from './socket-data.ts';
+import type { Socket, SocketSlot } from './socket-data.ts';
 
 export interface Routes {
   readonly admission: Admission;
@@ -22,7 +22,7 @@ export interface Routes {
 export function buildApp(uws: Uws, cfg: Config, log: Logger, r: Routes): TemplatedApp {
   return uws
     .App()
-    .ws<SocketData>('/ws', {
+    .ws<SocketSlot>('/ws', {
       ...socketOptions(cfg),
       compression: compression(uws, cfg.compression),
       upgrade: (res, req, context) => upgradeGuarded(log, r.admission, res, req, context),

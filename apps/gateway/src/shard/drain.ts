@@ -17,7 +17,7 @@ export function drainTick(sockets: ReadonlySet<Socket>, budget: number, cfg: Con
   let left = budget;
   for (const ws of sockets) {
     if (left <= 0) break;
-    const d = ws.getUserData();
+    const d = ws.getUserData().d;
     if (!d.open || d.inflight > 0) continue;
     close(ws, d, retryHint(cfg, Math.random));
     left--;

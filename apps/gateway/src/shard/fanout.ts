@@ -122,7 +122,7 @@ export class FanOut {
     this.idleSweeps = 0;
     let buffered = 0;
     for (const ws of this.sockets) {
-      const d = ws.getUserData();
+      const d = ws.getUserData().d;
       if (!d.open) continue;
       const b = ws.getBufferedAmount();
       buffered += b;

@@ -36,7 +36,7 @@ import { ShardMetrics } from './metrics.ts';
 import { Recoveries, type Recovery } from './recovery.ts';
 import { Replies } from './replies.ts';
 import { Session } from './session.ts';
-import type { Socket, SocketData } from './socket-data.ts';
+import { type Socket, type SocketData, socketId } from './socket-data.ts';
 import type { ShardExit, ShardTask } from './task.ts';
 import { Topics } from './topics.ts';
 import { ShardTracing } from './tracing.ts';
@@ -125,7 +125,7 @@ class Shard {
       },
       { ephemeralDropLen: cfg.ephemeralDropQueueLen, slowConsumerLen: cfg.slowConsumerQueueLen },
       (ws, d, reason) => {
-        ctx.lines.closed.write({ conn: d.id, ip: d.ip, reason, queued: d.mailbox?.size ?? 0 }, 'closing a socket that reads too slowly');
+        ctx.lines.closed.write({ conn: socketId(d), ip: d.ip, reason, queued: d.mailbox?.size ?? 0 }, 'closing a socket that reads too slowly');
         this.session.close(ws, d, reason, retryHint(cfg, Math.random));
       },
       ctx.compressEvents,
@@ -167,7 +167,7 @@ class Shard {
       opened: this.session.opened,
       message: this.session.message,
       closed: this.session.closed,
-      writable: (ws) => lane.writable(ws, ws.getUserData(), Date.now()),
+      writable: (ws) => lane.writable(ws, ws.getUserData().d, Date.now()),
       ready: () => this.shared.ready(cfg.workers, cfg.maxSockets),
     });
     this.fanOut = new FanOut(ctx, app, lane, topics, recoveries, this.metrics, this.session.sockets);
@@ -190,7 +190,7 @@ class Shard {
   private claimAll(): Map<string, number> {
     const counts = new Map<string, number>();
     for (const ws of this.session.sockets) {
-      const d = ws.getUserData();
+      const d = ws.getUserData().d;
       if (!d.open) continue;
       d.claimed = true;
       counts.set(d.userKey, (counts.get(d.userKey) ?? 0) + 1);
@@ -374,7 +374,7 @@ class Shard {
     this.teardown();
     const cfg = this.ctx.cfg;
     const sockets = this.session.sockets;
-    for (const ws of [...sockets]) this.session.close(ws, ws.getUserData(), 'unavailable', retryHint(cfg, Math.random));
+    for (const ws of [...sockets]) this.session.close(ws, ws.getUserData().d, 'unavailable', retryHint(cfg, Math.random));
     const deadline = Date.now() + 3000;
     const poll = (): void => {
       if (sockets.size > 0 && Date.now() < deadline) {

@@ -25,7 +25,7 @@ export class Replies {
   private readonly flush = (): void => {
     this.flushQueued = false;
     for (const [ws, frames] of this.queued) {
-      if (!ws.getUserData().open) continue;
+      if (!ws.getUserData().d.open) continue;
       ws.cork(() => {
         for (const f of frames) ws.send(f, false);
       });

@@ -20,7 +20,7 @@ import type { ShardContext } from './context.ts';
 import type { ShardMetrics } from './metrics.ts';
 import type { Recoveries, Recovery } from './recovery.ts';
 import type { Replies } from './replies.ts';
-import { closeSocket, type HookJoin, type Socket, type SocketData } from './socket-data.ts';
+import { closeSocket, type HookJoin, type Socket, type SocketData, socketId } from './socket-data.ts';
 import type { Topics } from './topics.ts';
 import type { SocketIndex } from './socket-index.ts';
 import type { UserSocketCap } from '../user-socket-cap.ts';
@@ -72,7 +72,7 @@ export class Session {
   /** Every open socket of this shard. */
   readonly sockets = new Set<Socket>();
   private readonly welcome: string;
-  private readonly expiry = new ExpiryTimers<Socket>((ws) => this.close(ws, ws.getUserData(), 'token_expired'));
+  private readonly expiry = new ExpiryTimers<Socket>((ws) => this.close(ws, ws.getUserData().d, 'token_expired'));
 
   constructor(private readonly ctx: ShardContext, private readonly p: SessionParts) {
     this.welcome = welcomePrefix(ctx.cfg.heartbeatMs, ctx.cfg);
@@ -97,13 +97,13 @@ export class Session {
   }
 
   readonly opened = (ws: Socket): void => {
-    const d = ws.getUserData();
+    const d = ws.getUserData().d;
     this.sockets.add(ws);
     this.p.users.add(d.userKey, ws);
     if (d.jti !== undefined) this.p.tokens.add(tokenKey(d.tenant, d.jti), ws);
     this.p.shared.addSockets(this.ctx.task.shard, 1);
-    ws.send(welcomeFrame(this.welcome, d.id, d.expiresAt), false);
-    this.p.lifecycle?.connect(d.tenant, d.user, d.id);
+    ws.send(welcomeFrame(this.welcome, socketId(d), d.expiresAt), false);
+    this.p.lifecycle?.connect(d.tenant, d.user, socketId(d));
     // A revocation may have arrived between the upgrade's check and now.
     if (this.p.revocations.size > 0 && this.p.revocations.revoked(d, Date.now())) {
       this.close(ws, d, 'token_revoked');
@@ -117,9 +117,9 @@ export class Session {
   };
 
   readonly closed = (ws: Socket, code: number, message: ArrayBuffer): void => {
-    const d = ws.getUserData();
+    const d = ws.getUserData().d;
     d.open = false;
-    this.p.lifecycle?.disconnect(d.tenant, d.user, d.id, code, message);
+    this.p.lifecycle?.disconnect(d.tenant, d.user, socketId(d), code, message);
     this.sockets.delete(ws);
     this.p.users.delete(d.userKey, ws);
     if (d.jti !== undefined) this.p.tokens.delete(tokenKey(d.tenant, d.jti), ws);
@@ -140,7 +140,7 @@ export class Session {
   };
 
   readonly message = (ws: Socket, buf: ArrayBuffer, isBinary: boolean): void => {
-    const d = ws.getUserData();
+    const d = ws.getUserData().d;
     if (!d.open) return;
     const ctx = this.ctx;
     const cfg = ctx.cfg;
@@ -150,7 +150,7 @@ export class Session {
       case Guard.Pass:
         break;
       case Guard.HardCap:
-        ctx.lines.closed.write({ conn: d.id, ip: d.ip, bytes: buf.byteLength }, 'closing socket: frame above the hard cap');
+        ctx.lines.closed.write({ conn: socketId(d), ip: d.ip, bytes: buf.byteLength }, 'closing socket: frame above the hard cap');
         this.close(ws, d, 'payload_too_large');
         return;
       case Guard.RateLimited:
@@ -224,9 +224,9 @@ export class Session {
     const ctx = this.ctx;
     ctx.counters.rejections[reason]++;
     ws.send(encodeRejection(ref, reason, retryAfterMs, message), false);
-    if (ctx.lines.rejected.enabled) ctx.lines.rejected.write({ conn: d.id, reason, ref }, 'frame rejected');
+    if (ctx.lines.rejected.enabled) ctx.lines.rejected.write({ conn: socketId(d), reason, ref }, 'frame rejected');
     if (strike(d, reason, ctx.cfg.maxStrikes)) {
-      ctx.lines.closed.write({ conn: d.id, ip: d.ip, strikes: d.strikes }, 'closing socket: too many rejected frames in a row');
+      ctx.lines.closed.write({ conn: socketId(d), ip: d.ip, strikes: d.strikes }, 'closing socket: too many rejected frames in a row');
       this.close(ws, d, 'abusive');
     }
   }
@@ -376,7 +376,7 @@ export class Session {
     const entry: HookJoin = { cancelled: false, waiting: [] };
     (d.hookJoins ??= new Map()).set(f.topic, entry);
     const body = `{"hook":"subscribe","node":${JSON.stringify(this.ctx.task.nodeId)},"tenant":"${d.tenant}","user":${JSON.stringify(d.user)},` +
-      `"connectionId":"${d.id}","topic":"${f.topic}"}`;
+      `"connectionId":"${socketId(d)}","topic":"${f.topic}"}`;
     this.p.hooks.subscribe!.call('subscribe', body, parseSubscribeAnswer, isSubscribeRefusal).then((r) => {
       if (d.hookJoins?.get(f.topic) === entry) d.hookJoins.delete(f.topic);
       if (d.hookJoins?.size === 0) d.hookJoins = null;
@@ -485,7 +485,7 @@ export class Session {
     const hook = this.p.hooks.connect;
     if (hook !== null) {
       const body = `{"hook":"refresh","node":${JSON.stringify(this.ctx.task.nodeId)},"ip":${JSON.stringify(d.ip)},"tenant":"${d.tenant}",` +
-        `"user":${JSON.stringify(d.user)},"connectionId":"${d.id}","token":${JSON.stringify(f.token)}}`;
+        `"user":${JSON.stringify(d.user)},"connectionId":"${socketId(d)}","token":${JSON.stringify(f.token)}}`;
       hook.call('refresh', body, (json) => parseConnectAnswer(json, Date.now()), isConnectRefusal).then((r) => {
         if (!d.open) return;
         ws.cork(() => {
@@ -513,7 +513,7 @@ export class Session {
       if (d.open) ws.cork(() => this.refreshed(ws, d, f, v));
     }, (err: unknown) => {
       // jose does not reject for a bad token (verify answers why): this is a bug, answered and logged.
-      this.ctx.log.error({ err, conn: d.id }, 'refresh check failed');
+      this.ctx.log.error({ err, conn: socketId(d) }, 'refresh check failed');
       if (d.open) ws.cork(() => ws.send(encodeRejection(f.ref, 'internal'), false));
     });
   }
@@ -529,7 +529,7 @@ export class Session {
     const counts = this.ctx.counters.refreshes;
     if (!v.ok) {
       counts.unauthorized++;
-      if (this.ctx.lines.rejected.enabled) this.ctx.lines.rejected.write({ conn: d.id, why: v.why }, 'refresh refused');
+      if (this.ctx.lines.rejected.enabled) this.ctx.lines.rejected.write({ conn: socketId(d), why: v.why }, 'refresh refused');
       this.reject(ws, d, f.ref, 'unauthorized', undefined, 'the token is invalid, expired or revoked');
       return;
     }
@@ -595,7 +595,7 @@ export class Session {
         d.topics.delete(topic);
         d.granted?.delete(topic);
         topics.release(key);
-        this.ctx.lines.degraded.write({ conn: d.id, topic }, 'server-side subscribe failed: the topic could not be subscribed now');
+        this.ctx.lines.degraded.write({ conn: socketId(d), topic }, 'server-side subscribe failed: the topic could not be subscribed now');
         return;
       }
       ws.cork(() => {
@@ -628,7 +628,7 @@ export class Session {
 
 /** The publish hook's request body: who, where, and the data as sent (spliced, already JSON). */
 function publishBody(node: string, d: SocketData, f: PublishFrame): string {
-  return `{"hook":"publish","node":${JSON.stringify(node)},"tenant":"${d.tenant}","user":${JSON.stringify(d.user)},"connectionId":"${d.id}",` +
+  return `{"hook":"publish","node":${JSON.stringify(node)},"tenant":"${d.tenant}","user":${JSON.stringify(d.user)},"connectionId":"${socketId(d)}",` +
     `"topic":"${f.topic}","class":"${CLASS_NAMES[f.cls]}"${f.key === undefined ? '' : `,"key":${JSON.stringify(f.key)}`}` +
     `${f.idempotencyKey === undefined ? '' : `,"idempotencyKey":${JSON.stringify(f.idempotencyKey)}`},"data":${f.dataJson}}`;
 }

@@ -3,14 +3,21 @@
  * upgrade (admission.ts); each part of the shard states the slice of it it
  * reads and writes.
  */
-import { type FixedWindowState, type Identity, type Mailbox, type MailItem, type Rights, type StrikeState, tenantWindowKey, userKey,
+import { ANONYMOUS, type FixedWindowState, type Identity, type Mailbox, type MailItem, type Rights, type StrikeState, tenantWindowKey, userKey,
   userWindowKey } from '@sluice/core';
 import { closeCodeOf, type CloseReason, encodeCloseReason, type JoinFrame, type PublishFrame } from '@sluice/protocol';
 import type { WebSocket } from '@sluice/uws';
 import type { LaneData } from '../slow-lane.ts';
+import type { UserSlot } from '../user-slot.ts';
 
 export interface SocketData extends FixedWindowState, StrikeState, LaneData {
-  readonly id: string;
+  /**
+   * The connection id is `idPrefix` (the shard generation's, one string for
+   * all its sockets) and `seq` in base 36: made by `socketId` when it is
+   * needed (the welcome, webhooks, hooks, logs), not held per socket.
+   */
+  readonly idPrefix: string;
+  readonly seq: number;
   /** Who the socket is: fixed at the upgrade, never changed. */
   readonly tenant: string;
   /** The tenant's publish-window key, made once here rather than per frame. */
@@ -53,7 +60,9 @@ export interface SocketData extends FixedWindowState, StrikeState, LaneData {
   unsent: number;
 }
 
-export type Socket = WebSocket<SocketData>;
+/** A socket: its state is `ws.getUserData().d` (see UserSlot for why not the user data itself). */
+export type Socket = WebSocket<SocketSlot>;
+export type SocketSlot = UserSlot<SocketData>;
 
 /** A join the subscribe hook is deciding: a `leave` meanwhile cancels it; joins of the same topic meanwhile wait for it. */
 export interface HookJoin {
@@ -61,14 +70,39 @@ export interface HookJoin {
   readonly waiting: JoinFrame[];
 }
 
+/** The socket's connection id, `<node>.<shard>.<generation>.<seq in base 36>`. */
+export function socketId(d: Pick<SocketData, 'idPrefix' | 'seq'>): string {
+  return d.idPrefix + d.seq.toString(36);
+}
+
+/**
+ * Tenants' publish-window keys, one string per tenant shared by its
+ * sockets rather than one per socket. Tenants are few; past this many the
+ * key is made per socket again.
+ */
+const TENANT_KEYS_MAX = 10_000;
+const tenantKeys = new Map<string, string>();
+/** WS_AUTH=none: every socket is ANONYMOUS, and shares its user key. */
+const ANONYMOUS_USER_KEY = userKey(ANONYMOUS.tenant, ANONYMOUS.user);
+
+function tenantKeyOf(tenant: string): string {
+  let key = tenantKeys.get(tenant);
+  if (key === undefined) {
+    key = tenantWindowKey(tenant);
+    if (tenantKeys.size < TENANT_KEYS_MAX) tenantKeys.set(tenant, key);
+  }
+  return key;
+}
+
 /** Every field set, in one order, so that every socket's data has one shape. */
-export function newSocketData(id: string, who: Identity, ip: string, userLimit: boolean, claimed: boolean): SocketData {
+export function newSocketData(idPrefix: string, seq: number, who: Identity, ip: string, userLimit: boolean, claimed: boolean): SocketData {
   return {
-    id,
+    idPrefix,
+    seq,
     tenant: who.tenant,
-    tenantWindowKey: tenantWindowKey(who.tenant),
+    tenantWindowKey: tenantKeyOf(who.tenant),
     user: who.user,
-    userKey: userKey(who.tenant, who.user),
+    userKey: who === ANONYMOUS ? ANONYMOUS_USER_KEY : userKey(who.tenant, who.user),
     userWindowKey: userLimit ? userWindowKey(who.tenant, who.user) : '',
     claimed,
     issuedAt: who.issuedAt,

@@ -83,8 +83,8 @@ export interface ScaleConfig {
  * results.md): one big-topic event a second is 100k deliveries a second.
  */
 export const S16_DEFAULT: ScaleConfig = {
-  sockets: 100_000, nodes: 7, procs: 7, roomSize: 10, feeds: 1000, rates: { big: 1, room: 100, feed: 100 }, size: 64,
-  idleS: 10, warmS: 10, apartS: 20, steadyS: 120, ramp: [], rampS: 20, restart: true, tailS: 10, drainRate: 2000, concurrency: 100, pubSockets: 4, sampleMs: 2000,
+  sockets: 100_000, nodes: 7, procs: 7, roomSize: 10, feeds: 1000, rates: { big: 1, room: 10, feed: 10 }, size: 64,
+  idleS: 10, warmS: 10, apartS: 20, steadyS: 120, ramp: [3], rampS: 20, restart: true, tailS: 10, drainRate: 2000, concurrency: 100, pubSockets: 4, sampleMs: 2000,
 };
 
 /** One sample of the timeline: what the interval that ended at `t` saw. */
@@ -164,13 +164,14 @@ export function variantOf(cfg: Pick<ScaleConfig, 'sockets' | 'nodes'>): string {
 export async function runScale(opts: RunOptions, cfg: ScaleConfig): Promise<Sample[]> {
   const variant = variantOf(cfg);
   const log = (l: string): void => opts.log(`  S16 ${l}`);
-  const quiet = await waitQuiet(30_000);
+  // Other sessions share this machine: wait (up to 5 min) for it to be quiet; the run's `other` column says how quiet it stayed.
+  const quiet = await waitQuiet(300_000, 0.3, 2000);
   log(`machine quiet after ${quiet.waitedMs} ms (${quiet.busyCores} cores busy)`);
   const redis = await startRedis();
   const nodes: NodeProc[] = [];
   const children: Child[] = [];
   try {
-    return [await run(cfg, redis, nodes, children, log)];
+    return [await run(cfg, redis, nodes, children, log, quiet)];
   } catch (err) {
     log(`failed: ${(err as Error).stack ?? String(err)}`);
     return [failedSample('S16', variant, 'sluice', 0, (err as Error).message)];
@@ -181,7 +182,8 @@ export async function runScale(opts: RunOptions, cfg: ScaleConfig): Promise<Samp
   }
 }
 
-async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], children: Child[], log: (l: string) => void): Promise<Sample> {
+async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], children: Child[], log: (l: string) => void,
+  quiet: { waitedMs: number; busyCores: number }): Promise<Sample> {
   const mix: Mix = { sockets: cfg.sockets, roomSize: cfg.roomSize, feeds: cfg.feeds };
   const info = await redis.cli('info', 'server');
   const redisPid = Number(/^process_id:(\d+)/m.exec(info)?.[1]);
@@ -189,6 +191,8 @@ async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], chil
   if (!Number.isInteger(redisPid) || redisPid <= 0) throw new Error('redis-server did not tell its process_id');
   const env = {
     REDIS_URL: redis.url, WS_DRAIN_RATE: String(cfg.drainRate), WS_DRAIN_DELAY_MS: '500', WS_DRAIN_MAX_MS: '120000',
+    // For a profile of the nodes (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`): not set by the scenario itself.
+    ...(process.env['S16_GATEWAY_NODE_OPTIONS'] !== undefined ? { NODE_OPTIONS: process.env['S16_GATEWAY_NODE_OPTIONS'] } : {}),
   };
   const spec = TARGETS.sluice;
   for (let k = 0; k < cfg.nodes; k++) nodes.push({ srv: await ServerProc.start(spec, 60_000, env), cpuBefore: 0, lastSeen: 0 });
@@ -201,16 +205,17 @@ async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], chil
   const nodeCpu = (): number[] => nodes.map(nodeCpuS);
   const broadcast = async (): Promise<void> => { await Promise.all(children.map((c) => c.call({ op: 'nodes', nodes: nodesMsg() }, 10_000))); };
 
-  // The nodes without a socket: their RSS, and their CPU over a few seconds (timers of every thread).
-  await sleep(1000);
+  // The nodes without a socket (the publisher's few aside), settled for 10 s: their RSS, and their CPU (timers of every thread).
+  await pubProc.call({ op: 'publisher', mix, sockets: cfg.pubSockets, size: cfg.size, nodes: nodesMsg(), timeoutMs: 30_000 }, 40_000);
+  await sleep(10_000);
   const bareCpu0 = sum(nodeCpu());
   const bareT0 = performance.now();
   const rssBase = await Promise.all(nodes.map((n) => n.srv.minRssBytes(5000)));
   const bareCores = (sum(nodeCpu()) - bareCpu0) / ((performance.now() - bareT0) / 1000);
-  log(`${cfg.nodes} nodes up (ports ${state.ports.join(',')}), base RSS ${rssBase.map((b) => fmtBytes(b)).join(', ')}; redis ${redisVersion}`);
+  log(`${cfg.nodes} nodes up (ports ${state.ports.join(',')}), base RSS ${rssBase.map((b) => fmtBytes(b)).join(', ')}, ` +
+    `bare CPU ${bareCores.toFixed(2)} cores; redis ${redisVersion}`);
 
   // ---- connect and join ----
-  await pubProc.call({ op: 'publisher', mix, sockets: cfg.pubSockets, size: cfg.size, nodes: nodesMsg(), timeoutMs: 30_000 }, 40_000);
   const counts = split(cfg.sockets, cfg.procs);
   const cpuC0 = sum(nodeCpu());
   const busyC0 = machineBusySeconds();
@@ -236,10 +241,11 @@ async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], chil
   const perNode0 = nodes.map((_, k) => sum(statuses0.map((s) => s.perNode[k] ?? 0)));
   const rssJoined = await Promise.all(nodes.map((n) => n.srv.minRssBytes(2000)));
   const rssPerSocket = nodes.map((_, k) => (rssJoined[k]! - rssBase[k]!) / perNode0[k]!);
+  const rssPerSocketAll = (sum(rssJoined) - sum(rssBase)) / sum(perNode0);
   const loadRss = subsProcs.map((c) => safe(() => rssBytes(c.pid)));
   const redisMem = await redis.cli('info', 'memory');
   const redisUsed = Number(/^used_memory:(\d+)/m.exec(redisMem)?.[1] ?? NaN);
-  log(`RSS per socket per node: ${rssPerSocket.map((b) => fmtBytes(b)).join(', ')}; load processes ${loadRss.map((b) => fmtBytes(b)).join(', ')}; ` +
+  log(`RSS per socket: ${fmtBytes(rssPerSocketAll)} over all nodes; per node ${rssPerSocket.map((b) => fmtBytes(b)).join(', ')}; load processes ${loadRss.map((b) => fmtBytes(b)).join(', ')}; ` +
     `redis used_memory ${fmtBytes(redisUsed)}`);
 
   // ---- the sampled phases ----
@@ -495,6 +501,7 @@ async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], chil
       connectS: round(connectS, 1), connectGatewayCpuUsPerSocket: round((connectCpuS / cfg.sockets) * 1e6, 1), connectP99Us: num(connectHist.p99Us),
       rssPerSocketBytes: round(median(rssPerSocket)), rssPerSocketMinBytes: round(Math.min(...rssPerSocket)), rssPerSocketMaxBytes: round(Math.max(...rssPerSocket)),
       rssPerSocketByNode: JSON.stringify(rssPerSocket.map((b) => round(b))), socketsByNode: JSON.stringify(perNode0),
+      rssPerSocketAllBytes: round(rssPerSocketAll), rssPerSocketSteadyBytes: round((Math.min(...steady.map((p) => p.gatewayRssBytes)) - sum(rssBase)) / cfg.sockets),
       rssBaseBytes: round(median(rssBase)), rssJoinedTotalBytes: sum(rssJoined),
       loadRssPerSocketBytes: round(sum(loadRss) / cfg.sockets), redisUsedMemoryBytes: redisUsed,
       idleCpuUsPerSocketS: num(round(idleCpuPerSocketUs, 3)), bareGatewayCores: round(bareCores, 3), idleGatewayCores: num(round(idleCores, 3)),
@@ -507,7 +514,9 @@ async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], chil
       redisUtil: round(redisCpu / wallS, 3), redisCpuUsPerEvent: num(round((redisCpu / published) * 1e6, 1)),
       redisCallsPerEvent: num(round(redisCallsN / published, 3)), redisCallsByCommand: JSON.stringify(callsByCmd),
       publishedPerS: round(published / wallS, 1), loadUtil: round(total(steady, 'loadCpuS') / wallS, 3),
-      machineUtil: round(usage.cpuCores, 3), bigP50Us: num(bigLat.p50Us), bigP99Us: num(bigLat.p99Us), ackP50Us: num(ackLat.p50Us), ackP99Us: num(ackLat.p99Us),
+      machineUtil: round(usage.cpuCores, 3),
+      otherCores: round(Math.max(0, total(steady, 'machineBusyS') - gwCpu - redisCpu - total(steady, 'loadCpuS')) / wallS, 3),
+      quietWaitMs: quiet.waitedMs, quietBusyCores: quiet.busyCores, bigP50Us: num(bigLat.p50Us), bigP99Us: num(bigLat.p99Us), ackP50Us: num(ackLat.p50Us), ackP99Us: num(ackLat.p99Us),
       restartP99Us: num(restartLat.p99Us),
       firstLimit: lim[0]!.resource, limits: lim.map((l) => `${l.resource} ${(l.share * 100).toFixed(0)}% (${l.detail})`).join('; '),
       maxGatewayFds: Math.max(...maxFds), maxLoadFds, maxPerSource, memUsedMaxBytes: maxMemUsed,

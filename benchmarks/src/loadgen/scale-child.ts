@@ -153,7 +153,9 @@ class Sub {
 class Subscribers implements ConnHandlers {
   subs: Sub[] = [];
   nodes: Nodes = { ports: [], up: [], prefer: -1 };
+  /** Sockets waiting for a connection, oldest first (`head`: the next to take). */
   private queue: number[] = [];
+  private head = 0;
   private inflight = 0;
   private concurrency = 200;
   subscribedCount = 0;
@@ -198,8 +200,9 @@ class Subscribers implements ConnHandlers {
   }
 
   private pump(): void {
-    while (this.inflight < this.concurrency && this.queue.length > 0) {
-      const k = this.queue.shift()!;
+    while (this.inflight < this.concurrency && this.head < this.queue.length) {
+      const k = this.queue[this.head++]!;
+      if (this.head > 4096 && this.head * 2 > this.queue.length) { this.queue = this.queue.slice(this.head); this.head = 0; }
       const s = this.subs[k]!;
       const node = s.node === -1 ? nodeOf(s.index, this.nodes.ports.length) : reconnectNode(this.nodes.up, this.nodes.prefer, s.node, s.index + s.attempts);
       if (node === -1 || this.nodes.up[node] !== true) {

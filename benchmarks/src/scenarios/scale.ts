@@ -43,7 +43,6 @@ import { split } from '../loadgen/pool.ts';
 import {
   SCALE_CHILD, type Nodes, type PubFinal, type PubStatus, type ScaleMark, type ScaleRequest, type ScaleStatus, type SetupResult, type VerifyResult,
 } from '../loadgen/scale-child.ts';
-import { SOURCES } from './connect.ts';
 import { redisCalls } from './crossnode.ts';
 import { deliveriesPerSecond, limits, rooms, type Mix, type Rates, type Usage } from './scale-plan.ts';
 import { failedSample, fmtBytes, fmtInt, fmtUs, measuredFields, sleep, waitQuiet, type RunOptions, type Sample } from './common.ts';
@@ -153,6 +152,16 @@ function portRange(): number {
   } catch { return 28_232; }
 }
 
+/**
+ * Loopback source addresses: 32, not S4's 8. A socket bound to an address
+ * with port 0 takes its port from the ephemeral range, and the kernel's
+ * search for a free one grows long as the range fills (bind takes one half
+ * of it first): at 100k sockets on 8 addresses (12.5k each) the connects of
+ * the first run fell to about 120 a second near the end. At 32 each holds
+ * about 3k.
+ */
+export const SCALE_SOURCES: readonly string[] = Array.from({ length: 32 }, (_, i) => `127.0.1.${i + 1}`);
+
 const sum = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0);
 const num = (x: number): number | null => (Number.isFinite(x) ? x : null);
 const round = (x: number, d = 0): number => Math.round(x * 10 ** d) / 10 ** d;
@@ -220,10 +229,25 @@ async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], chil
   const cpuC0 = sum(nodeCpu());
   const busyC0 = machineBusySeconds();
   const tC0 = performance.now();
-  const setupTimeout = 60_000 + cfg.sockets * 2;
+  const setupTimeout = 60_000 + cfg.sockets * 5;
+  let connecting = true;
+  const progress = (async (): Promise<void> => {
+    while (connecting) {
+      await sleep(10_000);
+      if (!connecting) break;
+      const st = await Promise.all(subsProcs.map((c) => c.call<ScaleStatus>({ op: 'status' }, 20_000))).catch(() => []);
+      const perSource: Record<string, number> = {};
+      for (const x of st) for (const [src, n] of Object.entries(x.perSource)) perSource[src] = (perSource[src] ?? 0) + n;
+      log(`connecting: ${sum(st.map((x) => x.subscribed))} joined after ${((performance.now() - tC0) / 1000).toFixed(0)} s, ` +
+        `${sum(st.map((x) => x.reconnects))} reconnects, closes ${JSON.stringify(Object.assign({}, ...st.map((x) => x.closes)))}, ` +
+        `load CPU ${children.map((c) => c.cpuSeconds().toFixed(0)).join('/')} s, gateways ${sum(nodeCpu()).toFixed(0)} s`);
+    }
+  })();
   const setups = await Promise.all(subsProcs.map((c, i) => c.call<SetupResult>({
-    op: 'setup', mix, idBase: sum(counts.slice(0, i)), count: counts[i]!, sources: SOURCES, nodes: nodesMsg(), concurrency: cfg.concurrency, timeoutMs: setupTimeout,
-  }, setupTimeout + 30_000)));
+    op: 'setup', mix, idBase: sum(counts.slice(0, i)), count: counts[i]!, sources: [...SCALE_SOURCES], nodes: nodesMsg(), concurrency: cfg.concurrency,
+    timeoutMs: setupTimeout,
+  }, setupTimeout + 30_000))).finally(() => { connecting = false; });
+  await progress;
   const connectS = (performance.now() - tC0) / 1000;
   const connectCpuS = sum(nodeCpu()) - cpuC0;
   const connectBusyS = machineBusySeconds() - busyC0;

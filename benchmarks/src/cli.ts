@@ -55,7 +55,7 @@ options:
   --ttl-ms n         S14: WS_PRESENCE_TTL_MS of the nodes (default 30000), what bounds the SIGKILL phase; --rate: joins per second (1000)
   --quick            S14: 2000 sockets, 2 processes, shorter churn phases, a 4 s TTL (a smoke test, about a minute); S15: 500 sockets, 3 topics
   --no-sio           S14: without the Socket.IO comparison
-  --rates a,b,c      S16: big-topic, room and feed events per second (default 1,10,10); --seconds: the steady window (120)
+  --rates a,b,c      S16: big-topic, room and feed events per second (default 0.2,10,10); --seconds: the steady window (120)
   --ramp a,b         S16: after the steady window, 20 s at the rates times a, then b (default 3)
   --room-size n      S16: sockets per room (10); --feeds n: keyed feeds (1000); --rate: WS_DRAIN_RATE (2000)
   --no-restart       S16: without the rolling restart

@@ -319,7 +319,7 @@ export const SCENARIOS: readonly Scenario[] = [
     command: 's16',
     usage: 'issue 20\'s "S12", 100,000 sockets on one box: --nodes (7) gateways on one private redis-server, --sockets (100000) from --procs (7)\n' +
       '             load processes over 8 loopback addresses, each socket on the big topic, a room of --room-size (10) and one of --feeds (1000) keyed\n' +
-      '             feeds; --rates big,room,feed events/s (1,10,10) for --seconds (120) steady, then --ramp a,b (rates times a, b; 3), then a\n' +
+      '             feeds; --rates big,room,feed events/s (0.2,10,10) for --seconds (120) steady, then --ramp a,b (rates times a, b; 3), then a\n' +
       '             rolling restart of every node (--no-restart: none; WS_DRAIN_RATE --rate, 2000) with acknowledged publishes checked; writes\n' +
       '             results-s16.svg; only run alone (not part of all or ci), about 10 min at 100k',
     defaultTargets: ['sluice'],

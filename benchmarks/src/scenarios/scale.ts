@@ -78,11 +78,13 @@ export interface ScaleConfig {
 /**
  * 100k sockets on 7 nodes: 14.3k each, 16.7k while one is down, under the
  * 20,000 open files of a process (6 nodes would reach 20k during the
- * restart). The rates were chosen from the development runs (see
- * results.md): one big-topic event a second is 100k deliveries a second.
+ * restart). The rates were chosen from the runs (see results.md): one
+ * big-topic event a second (100k deliveries a second) kept this 2-core box
+ * at 2.00 cores with a p99 of 5-8 s and starved the restart; one in 5 s
+ * leaves it room.
  */
 export const S16_DEFAULT: ScaleConfig = {
-  sockets: 100_000, nodes: 7, procs: 7, roomSize: 10, feeds: 1000, rates: { big: 1, room: 10, feed: 10 }, size: 64,
+  sockets: 100_000, nodes: 7, procs: 7, roomSize: 10, feeds: 1000, rates: { big: 0.2, room: 10, feed: 10 }, size: 64,
   idleS: 10, warmS: 10, apartS: 20, steadyS: 120, ramp: [3], rampS: 20, restart: true, tailS: 10, drainRate: 2000, concurrency: 100, pubSockets: 4, sampleMs: 2000,
 };
 
@@ -376,6 +378,7 @@ async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], chil
 
   // ---- rolling restart ----
   const steps: Array<Record<string, number>> = [];
+  const restartProblems: string[] = [];
   if (cfg.restart) {
     await switchTo('restart');
     for (let k = 0; k < nodes.length; k++) {
@@ -424,7 +427,11 @@ async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], chil
       });
       log(`restart node ${k}: ${onNode} sockets drained in ${(drainMs / 1000).toFixed(1)} s (exit ${String(end.code)}), new process after ${(startedMs / 1000).toFixed(1)} s, ` +
         `fewest joined ${minBack}, 99% back ${(t99 / 1000).toFixed(1)} s, ${back}/${cfg.sockets} back after ${(allMs / 1000).toFixed(1)} s`);
-      if (back < cfg.sockets) throw new Error(`after restarting node ${k} only ${back} of ${cfg.sockets} sockets came back in time`);
+      if (back < cfg.sockets) {
+        // Measured on, not thrown: what the run saw until then is kept, and the check below counts what the missing sockets lost.
+        restartProblems.push(`after restarting node ${k} only ${back} of ${cfg.sockets} sockets came back in time`);
+        break;
+      }
     }
   }
   await during('tail', cfg.tailS * 1000);
@@ -436,7 +443,7 @@ async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], chil
     await sleep(1000);
     const st = await Promise.all(subsProcs.map((c) => c.call<ScaleStatus>({ op: 'status' }, 10_000)));
     const delivered = sum(st.map((x) => x.delivered));
-    if (sum(st.map((x) => x.subscribed)) >= cfg.sockets && delivered === last) break;
+    if ((restartProblems.length > 0 || sum(st.map((x) => x.subscribed)) >= cfg.sockets) && delivered === last) break;
     last = delivered;
   }
   sampling = false;
@@ -508,6 +515,7 @@ async function run(cfg: ScaleConfig, redis: RedisServer, nodes: NodeProc[], chil
   const perKeyedUs = ((af.cpu - (ab.cpu / ab.d) * af.d) / af.e) * 1e6;
   const loadCpuS = ce.loadCpu.map((c, i) => c - (cs.loadCpu[i] ?? 0));
   const problems: string[] = [];
+  problems.push(...restartProblems);
   if (lost > 0) problems.push(`${lost} acknowledged (subscription, event) pairs lost`);
   if (gone.length > 0) problems.push(`${gone.length} node(s) not running at the end`);
   const closes: Record<string, number> = {};

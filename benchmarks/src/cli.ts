@@ -18,7 +18,7 @@ import { gatesTable, goalsTable, mergeRuns, methodSection, ratiosTable, renderSt
 
 const USAGE = `usage: cli.ts <command> [options]
 commands:
-  all        every scenario below in this order (S6 against sluice and ws, S8 twice, S9, S10, S11, S12, S14 once, S15 and S17 3 times);
+  all        every scenario below but S16 in this order (S6 against sluice and ws, S8 twice, S9, S10, S11, S12, S14 once, S15 and S17 3 times);
              writes runs/*.json, results.md, results.svg
   ci         short ${SCENARIOS.filter((x) => x.gates !== undefined).map((x) => x.command.split(' | ')[0]).join(', ')} against sluice and raw uWS; exits 1 when a gate fails
 ${SCENARIOS.map((x) => `  ${x.command.padEnd(9)}  ${x.usage}`).join('\n')}
@@ -57,6 +57,10 @@ options:
   --warmup n         S17: publishes before the timed ones (default 300)
   --quick            S14: 2000 sockets, 2 processes, shorter churn phases, a 4 s TTL (a smoke test, about a minute); S15: 500 sockets, 3 topics
   --no-sio           S14: without the Socket.IO comparison
+  --rates a,b,c      S16: big-topic, room and feed events per second (default 0.2,10,10); --seconds: the steady window (120)
+  --ramp a,b         S16: after the steady window, 20 s at the rates times a, then b (default 3)
+  --room-size n      S16: sockets per room (10); --feeds n: keyed feeds (1000); --rate: WS_DRAIN_RATE (2000)
+  --no-restart       S16: without the rolling restart
   --no-report        (all) do not rewrite results.md / results.svg`;
 
 interface Cli {
@@ -68,6 +72,7 @@ interface Cli {
     seconds?: string; healthy?: string; stalled?: string; size?: string; 'rss-limit-mib'?: string; rate?: string; 'delay-ms'?: string;
     nodes?: string; scrapes?: string; bursts?: string; burst?: string; topics?: string; 'admin-rate'?: string; rounds?: string; revocations?: string; 'rst-at-close'?: boolean;
     'ttl-ms'?: string; quick?: boolean; 'no-sio'?: boolean;
+    rates?: string; ramp?: string; 'room-size'?: string; feeds?: string; 'no-restart'?: boolean;
   };
 }
 
@@ -83,6 +88,7 @@ function parse(): Cli {
       scrapes: { type: 'string' }, bursts: { type: 'string' }, burst: { type: 'string' }, topics: { type: 'string' }, 'admin-rate': { type: 'string' },
       rounds: { type: 'string' }, revocations: { type: 'string' }, 'rst-at-close': { type: 'boolean' },
       'ttl-ms': { type: 'string' }, quick: { type: 'boolean' }, 'no-sio': { type: 'boolean' }, events: { type: 'string' }, warmup: { type: 'string' },
+      rates: { type: 'string' }, ramp: { type: 'string' }, 'room-size': { type: 'string' }, feeds: { type: 'string' }, 'no-restart': { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -177,7 +183,7 @@ async function main(): Promise<number> {
   const isCi = cli.command === 'ci';
   const alone = scenarioOf(cli.command);
   if (!isCi && cli.command !== 'all' && alone === undefined) throw new Error(`unknown command ${cli.command}\n${USAGE}`);
-  const scenarios = isCi ? SCENARIOS.filter((x) => x.gates !== undefined) : alone !== undefined ? [alone] : SCENARIOS;
+  const scenarios = isCi ? SCENARIOS.filter((x) => x.gates !== undefined) : alone !== undefined ? [alone] : SCENARIOS.filter((x) => x.aloneOnly !== true);
   const targets = targetsOf(v.targets, isCi ? ['sluice', 'uws'] : alone?.defaultTargets ?? ALL_TARGETS);
   const given = int(v, 'repeats');
   const repeats = given ?? 3;

@@ -21,6 +21,8 @@ import { runLimits, S13_DEFAULT } from './scenarios/limits.ts';
 import { runPresence, S14_DEFAULT, S14_QUICK } from './scenarios/presence.ts';
 import { runHooks, S15_DEFAULT, S15_QUICK } from './scenarios/hooks.ts';
 import { runCompression, S17_DEFAULT } from './scenarios/compression.ts';
+import { runScale, S16_DEFAULT } from './scenarios/scale.ts';
+import { renderScaleSvg, s16Table } from './report/scale.ts';
 import type { RunOptions, Sample, ScenarioId } from './scenarios/common.ts';
 import { GATES, type Gate } from './report/gates.ts';
 import type { Row } from './report/summary.ts';
@@ -65,6 +67,8 @@ export interface Scenario {
   readonly views: readonly View[];
   /** The CI gates it carries; `ci` runs the scenarios that carry one. */
   readonly gates?: readonly Gate[];
+  /** Only run by its own command: `all` leaves it out (S16 takes most of the machine for many minutes). */
+  readonly aloneOnly?: boolean;
 }
 
 /** A positive integer option, or undefined when not given; `zeroOk` lets 0 through. */
@@ -323,6 +327,44 @@ export const SCENARIOS: readonly Scenario[] = [
     run: (ctx) => measure(ctx, 'S17', ctx.alone ? { ...S17_DEFAULT, ...given(ctx.v, { subscribers: 'subscribers', events: 'events', depth: 'depth', warmup: 'warmup' }) } : { ...S17_DEFAULT },
       runCompression),
     views: [{ id: 'S17', title: 'S17 compression (issue 20): WS_COMPRESSION per delivery, price ticks and chat', table: s17Table }],
+  },
+  {
+    command: 's16',
+    usage: 'issue 20\'s "S12", 100,000 sockets on one box: --nodes (7) gateways on one private redis-server, --sockets (100000) from --procs (7)\n' +
+      '             load processes over 8 loopback addresses, each socket on the big topic, a room of --room-size (10) and one of --feeds (1000) keyed\n' +
+      '             feeds; --rates big,room,feed events/s (0.2,10,10) for --seconds (120) steady, then --ramp a,b (rates times a, b; 3), then a\n' +
+      '             rolling restart of every node (--no-restart: none; WS_DRAIN_RATE --rate, 2000) with acknowledged publishes checked; writes\n' +
+      '             results-s16.svg; only run alone (not part of all or ci), about 10 min at 100k',
+    defaultTargets: ['sluice'],
+    targets: withSluice,
+    repeats: () => 1,
+    aloneOnly: true,
+    run: async (ctx) => {
+      const list = (name: string): number[] | undefined => {
+        const s = ctx.v[name];
+        if (typeof s !== 'string') return undefined;
+        return s.split(',').map((x) => {
+          const n = Number(x);
+          if (!Number.isFinite(n) || n < 0) throw new Error(`--${name} wants numbers, got ${JSON.stringify(s)}`);
+          return n;
+        });
+      };
+      const r = list('rates');
+      if (r !== undefined && r.length !== 3) throw new Error('--rates wants three numbers: big,room,feed (events per second)');
+      const cfg = {
+        ...S16_DEFAULT,
+        ...given(ctx.v, { sockets: 'sockets', nodes: 'nodes', procs: 'procs', roomSize: 'room-size', feeds: 'feeds', steadyS: 'seconds', size: 'size',
+          drainRate: 'rate', concurrency: 'concurrency' }),
+        ...(r !== undefined ? { rates: { big: r[0]!, room: r[1]!, feed: r[2]! } } : {}),
+        ramp: list('ramp') ?? S16_DEFAULT.ramp,
+        restart: ctx.v['no-restart'] !== true,
+      };
+      if (cfg.nodes < 2) throw new Error('--nodes wants 2 or more: the rolling restart moves sockets between nodes');
+      const got = await measure(ctx, 'S16', cfg, runScale);
+      svg(ctx, 'results-s16.svg', got[0]?.ok === true || (got[0]?.timeline?.length ?? 0) > 0 ? renderScaleSvg(got[0]!) : undefined);
+      return got;
+    },
+    views: [{ id: 'S16', title: 'S16 100,000 sockets on one box (issue 20\'s "S12"): nodes on one Redis, big topic, rooms, keyed feeds, rolling restart', table: s16Table }],
   },
 ];
 

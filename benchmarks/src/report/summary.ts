@@ -66,6 +66,7 @@ export const HEADLINE: Record<ScenarioId, { key: HeadlineKey; higherIsBetter: bo
   S13: { key: 'perServerCpuS', higherIsBetter: true, label: 'msgs per server-CPU-s' },
   S14: { key: 'perServerCpuS', higherIsBetter: true, label: 'presence joins and leaves per server-CPU-s' },
   S15: { key: 'perServerCpuS', higherIsBetter: true, label: 'upgrades or joins per server-CPU-s' },
+  S16: { key: 'perServerCpuS', higherIsBetter: true, label: 'deliveries per gateway-CPU-s' },
   S17: { key: 'perServerCpuS', higherIsBetter: true, label: 'deliveries per server-CPU-s' },
 };
 
@@ -76,7 +77,7 @@ export const HEADLINE: Record<ScenarioId, { key: HeadlineKey; higherIsBetter: bo
  * and Socket.IO in rows of its own: a room join and fetchSockets() are not the same job as a presence join and presence_state; S15: its
  * variants against each other: hook against jwt, hooked joins against plain ones; S17: compression modes against off).
  */
-const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7', 'S8', 'S9', 'S10', 'S11', 'S12', 'S13', 'S14', 'S15', 'S17']);
+const NO_RATIO: ReadonlySet<ScenarioId> = new Set(['S6', 'S7', 'S8', 'S9', 'S10', 'S11', 'S12', 'S13', 'S14', 'S15', 'S16', 'S17']);
 
 function extraNum(s: Sample, k: string): number {
   const v = s.extra[k];

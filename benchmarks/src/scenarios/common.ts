@@ -11,7 +11,7 @@ import type { MarkResult } from '../loadgen/messages.ts';
 
 export { sleep };
 
-export type ScenarioId = 'S1' | 'S2' | 'S3' | 'S4' | 'S5' | 'S6' | 'S7' | 'S8' | 'S9' | 'S10' | 'S11' | 'S12' | 'S13' | 'S14' | 'S15' | 'S17';
+export type ScenarioId = 'S1' | 'S2' | 'S3' | 'S4' | 'S5' | 'S6' | 'S7' | 'S8' | 'S9' | 'S10' | 'S11' | 'S12' | 'S13' | 'S14' | 'S15' | 'S16' | 'S17';
 
 /** Which resource ran out first (see README: "bound"). */
 export type Bound = 'server' | 'client' | 'machine' | 'none';

@@ -9,7 +9,7 @@ import type { TargetName } from './lib/server.ts';
 import { BENCH_ROOT } from './lib/spawn.ts';
 import { runPump, S1_DEFAULT, S2_DEFAULT } from './scenarios/pump.ts';
 import { runFanout, S3_DEFAULT, type FanoutConfig } from './scenarios/fanout.ts';
-import { runConnect, S45_DEFAULT } from './scenarios/connect.ts';
+import { type ConnectConfig, runConnect, S45_DEFAULT } from './scenarios/connect.ts';
 import { runSlow, S6_DEFAULT } from './scenarios/slow.ts';
 import { runDrain, S7_DEFAULT } from './scenarios/drain.ts';
 import { runCrossNode, S8_DEFAULT } from './scenarios/crossnode.ts';
@@ -144,10 +144,14 @@ export const SCENARIOS: readonly Scenario[] = [
   {
     // One connect run measures both (`ci` gates both); `s4` or `s5` alone keeps one of them.
     command: 's4 | s5',
-    usage: 'S4 idle memory, S5 upgrade storm (one connect run; s4 and s5 alone keep one)',
-    run: (ctx) => {
-      const which = ctx.command === 's4' ? ['S4'] as const : ctx.command === 's5' ? ['S5'] as const : ['S4', 'S5'] as const;
-      return measure(ctx, 'S4/S5', { ...S45_DEFAULT, which, ...given(ctx.v, { procs: 'procs', sockets: 'sockets', concurrency: 'concurrency' }) }, runConnect);
+    usage: 'S4 idle memory (and again with each socket joined to two topics), S5 upgrade storm (one connect run; s4 and s5 alone keep one)',
+    run: async (ctx) => {
+      const which: ReadonlyArray<'S4' | 'S5'> = ctx.command === 's4' ? ['S4'] : ctx.command === 's5' ? ['S5'] : ['S4', 'S5'];
+      const cfg: ConnectConfig = { ...S45_DEFAULT, which, ...given(ctx.v, { procs: 'procs', sockets: 'sockets', concurrency: 'concurrency' }) };
+      const got = await measure(ctx, 'S4/S5', cfg, runConnect);
+      // Issue 20's S4 variant: the same sockets, each joined to two topics (one shared, one its own).
+      if (!which.includes('S4')) return got;
+      return [...got, ...await measure(ctx, 'S4 topics', { ...cfg, which: ['S4'], topics: 2 }, runConnect)];
     },
     views: [{ id: 'S4', title: 'S4 idle memory', table: s4Table }, { id: 'S5', title: 'S5 upgrade storm', table: s5Table }],
     gates: [...gatesOf('S4'), ...gatesOf('S5')],

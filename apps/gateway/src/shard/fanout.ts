@@ -21,6 +21,19 @@ import type { Topics } from './topics.ts';
  * in this time before it moves to its mailbox.
  */
 const LANE_SWEEP_MS = 10;
+/**
+ * A sweep looks at a slice of the shard's sockets, not all of them: at most
+ * SWEEP_SLICE_MIN sockets, or a SWEEP_PASS_TICKS-th of them if that is more,
+ * so that a shard of 50,000 sockets is not walked (one native call each) a
+ * hundred times a second (S16: that walk was most of an idle node's CPU). A
+ * shard of up to SWEEP_SLICE_MIN sockets is walked whole every tick, as
+ * before; a larger one in passes of at most SWEEP_PASS_TICKS ticks (250 ms
+ * while events flow). Sockets that had unsent bytes at their last look are
+ * checked on every event anyway (SlowLane.beforeNative), and uWS's own
+ * maxBackpressure (twice WS_MAX_BUFFERED_BYTES) stays the last guard.
+ */
+const SWEEP_SLICE_MIN = 512;
+const SWEEP_PASS_TICKS = 25;
 
 export class FanOut {
   /** WS_COALESCE_INTERVAL_MS: keyed events held per (topic, key), newest wins. */
@@ -30,8 +43,11 @@ export class FanOut {
   private laneTimer: NodeJS.Timeout | undefined;
   private deliveredSinceSweep = false;
   private idleSweeps = 0;
-  /** Unsent bytes of every socket of this shard, summed by the last sweep. */
+  /** Unsent bytes of every socket of this shard, summed by the last whole pass. */
   bufferedBytes = 0;
+  /** The pass under way: where it is in `sockets` (a Set's iterator sees deletions and additions), what it summed. */
+  private pass: Iterator<Socket> | null = null;
+  private passBuffered = 0;
 
   constructor(
     private readonly ctx: ShardContext,
@@ -116,20 +132,31 @@ export class FanOut {
   private sweepLanes(): void {
     const now = Date.now();
     // While events flow, every tick; when nothing was delivered, every tenth
-    // (slow-lane sockets still need their congestion timers checked).
+    // (slow-lane sockets still need their congestion timers checked). Each
+    // tick takes the next slice of the pass (SWEEP_SLICE_MIN).
     if (!this.deliveredSinceSweep && ++this.idleSweeps < 10) return;
     this.deliveredSinceSweep = false;
     this.idleSweeps = 0;
-    let buffered = 0;
-    for (const ws of this.sockets) {
+    const n = this.sockets.size;
+    // One more than the slice: a shard of exactly the slice's size ends its pass in the same tick.
+    let left = Math.max(SWEEP_SLICE_MIN, Math.ceil(n / SWEEP_PASS_TICKS)) + 1;
+    const pass = this.pass ??= this.sockets.values();
+    while (left-- > 0) {
+      const next = pass.next();
+      if (next.done === true) {
+        this.bufferedBytes = this.passBuffered;
+        this.passBuffered = 0;
+        this.pass = null;
+        return;
+      }
+      const ws = next.value;
       const d = ws.getUserData().d;
       if (!d.open) continue;
       const b = ws.getBufferedAmount();
-      buffered += b;
+      this.passBuffered += b;
       this.lane.countSent(ws, d, b);
       this.lane.check(ws, d, now, b);
       if (d.open) this.lane.watchIf(ws, b);
     }
-    this.bufferedBytes = buffered;
   }
 }

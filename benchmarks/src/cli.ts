@@ -31,7 +31,7 @@ options:
   --warmup-ms n      warm-up before the window (S1-S3, S8)
   --procs n          load-generator processes (S3, S8: subscriber processes; S9: client processes; S11-S15)
   --sockets n        sockets (S1, S2, S4/S5, S7, S10-S14), clients per kind (S9)
-  --subscribers n    subscribers (S3, S8; S17: ws clients, default 500)
+  --subscribers n    subscribers (S3, S8; S17: ws clients, default 100)
   --sizes a,b        payload sizes in bytes (S1)
   --depth n          frames in flight per socket (S1, S2) or acks in flight (S3, S8)
   --concurrency n    handshakes in flight per generator process (S4/S5, S7, S9, S11, S12; S11: refreshes awaiting a reply too)
@@ -53,7 +53,7 @@ options:
   --rst-at-close     S12: a client sends its RST as it reads its close frame (default: every RST after the last close)
   --revocations n    S13: revocations of other users posted to the limits arm before its run (default 1000; 0: none)
   --ttl-ms n         S14: WS_PRESENCE_TTL_MS of the nodes (default 30000), what bounds the SIGKILL phase; --rate: joins per second (1000)
-  --events n         S17: timed publishes per variant (default 3000)
+  --events n         S17: timed publishes per variant (default 1000)
   --warmup n         S17: publishes before the timed ones (default 300)
   --quick            S14: 2000 sockets, 2 processes, shorter churn phases, a 4 s TTL (a smoke test, about a minute); S15: 500 sockets, 3 topics
   --no-sio           S14: without the Socket.IO comparison

@@ -322,8 +322,8 @@ export const SCENARIOS: readonly Scenario[] = [
   },
   {
     command: 's17',
-    usage: 'compression (issue 20): WS_COMPRESSION off, shared and dedicated, for price ticks and chat messages: --subscribers (500) ws clients\n' +
-      '             offering permessage-deflate on one topic, one publisher, --events (3000) publishes --depth (4) in flight; gateway CPU and bytes\n' +
+    usage: 'compression (issue 20): WS_COMPRESSION off, shared and dedicated, for price ticks and chat messages: --subscribers (100) ws clients\n' +
+      '             offering permessage-deflate on one topic, one publisher, --events (1000) publishes --depth (4) in flight; gateway CPU and bytes\n' +
       '             on the wire per delivery; default 3 repeats, about 1.5 min (also part of all)',
     defaultTargets: ['sluice'],
     targets: withSluice,

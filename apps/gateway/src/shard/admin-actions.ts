@@ -9,7 +9,7 @@ import { actionOf, type ControlCommand, type MailItem, type Revocation, type Rev
 import { EventClass } from '@sluice/protocol';
 import type { ShardContext } from './context.ts';
 import type { Session } from './session.ts';
-import type { Socket } from './socket-data.ts';
+import { type Socket, socketIdPrefix } from './socket-data.ts';
 import type { SocketIndex } from './socket-index.ts';
 
 export class AdminActions {
@@ -23,8 +23,7 @@ export class AdminActions {
     private readonly tokens: SocketIndex<Socket>,
     private readonly revocations: Revocations,
   ) {
-    const t = ctx.task;
-    this.idPrefix = `${t.nodeId}.${t.shard}.${t.generation}.`;
+    this.idPrefix = socketIdPrefix(ctx.task);
   }
 
   /** Carries a command out here; the sockets it closed, joined or made leave. */

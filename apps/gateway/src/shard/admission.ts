@@ -15,7 +15,7 @@ import type { HookClient } from '../hooks.ts';
 import type { SharedLimits } from '../shared-limits.ts';
 import type { UserSocketCap } from '../user-socket-cap.ts';
 import type { ShardContext } from './context.ts';
-import { newSocketData } from './socket-data.ts';
+import { newSocketData, socketIdPrefix } from './socket-data.ts';
 
 /** Why `admit` refused a valid token: it is revoked. */
 const REVOKED = 'revoked\u0000';
@@ -86,8 +86,7 @@ export class Admission {
   ) {
     const cfg = ctx.cfg;
     this.origins = cfg.allowedOrigins === undefined ? undefined : parseOriginList(cfg.allowedOrigins);
-    const t = ctx.task;
-    this.idPrefix = `${t.nodeId}.${t.shard}.${t.generation}.`;
+    this.idPrefix = socketIdPrefix(ctx.task);
   }
 
   readonly upgrade = (res: HttpResponse, req: HttpRequest, context: us_socket_context_t): void => {

@@ -9,6 +9,7 @@ import { closeCodeOf, type CloseReason, encodeCloseReason, type JoinFrame, type 
 import type { WebSocket } from '@sluice/uws';
 import type { LaneData } from '../slow-lane.ts';
 import type { UserSlot } from '../user-slot.ts';
+import type { ShardTask } from './task.ts';
 
 export interface SocketData extends FixedWindowState, StrikeState, LaneData {
   /**
@@ -68,6 +69,11 @@ export type SocketSlot = UserSlot<SocketData>;
 export interface HookJoin {
   cancelled: boolean;
   readonly waiting: JoinFrame[];
+}
+
+/** The part of a connection id every socket of one shard generation shares: `<node>.<shard>.<generation>.`. */
+export function socketIdPrefix(t: Pick<ShardTask, 'nodeId' | 'shard' | 'generation'>): string {
+  return `${t.nodeId}.${t.shard}.${t.generation}.`;
 }
 
 /** The socket's connection id, `<node>.<shard>.<generation>.<seq in base 36>`. */

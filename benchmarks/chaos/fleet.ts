@@ -254,7 +254,7 @@ class Clients {
     });
     client.on('reconnecting', (e) => { if (e.status !== undefined) this.count(this.refusals, String(e.status)); });
     client.on('recovered', (e) => {
-      // A keyed feed has no durable event, so no resume position: its rejoin is reported as recovered: false, since undefined.
+      // A keyed feed has no durable event: it resumes from its join's position, or, when that join got none (Redis did not answer), rejoins without since, reported as recovered: false, since undefined.
       if (!e.recovered && e.topic === h.keyed?.topic && e.since === undefined) { this.keyedNoPosition++; return; }
       if (!e.recovered) {
         this.recoveredFalse++;

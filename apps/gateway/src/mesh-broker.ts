@@ -216,18 +216,18 @@ export class MeshBroker implements ShardBroker {
     return this.request(owner, PUBLISH_REQUEST, (rid) => ({ op: 'pub', rid, tenant, req }));
   }
 
-  subscribe(topic: string): Promise<void> {
+  subscribe(topic: string): Promise<string | undefined> {
     this.subscribed.add(topic);
     const owner = ownerOf(topic, this.shards);
     if (owner === this.self) {
-      this.hub.subscribe(this.self, topic);
+      const position = this.hub.subscribe(this.self, topic);
       if (this.presence !== null && this.keepsPresence(topic)) {
         const presence = this.presence;
-        return new Promise((resolve) => presence.subscribe(this.self, topic, resolve));
+        return new Promise((resolve) => presence.subscribe(this.self, topic, () => resolve(position)));
       }
-      return Promise.resolve();
+      return Promise.resolve(position);
     }
-    return this.request<void>(owner, { fail: ownerGone(owner) }, (rid) => ({ op: 'sub', rid, topic }));
+    return this.request<string>(owner, { fail: ownerGone(owner) }, (rid) => ({ op: 'sub', rid, topic }));
   }
 
   unsubscribe(topic: string): void {
@@ -277,7 +277,7 @@ export class MeshBroker implements ShardBroker {
         link.requests.answer(m.rid, m.res);
         return;
       case 'subok':
-        link.requests.answer(m.rid, undefined);
+        link.requests.answer(m.rid, m.position);
         return;
       case 'histok':
         link.requests.answer(m.rid, m.read);
@@ -306,15 +306,16 @@ export class MeshBroker implements ShardBroker {
           },
         );
         return;
-      case 'sub':
-        this.hub.subscribe(shard, m.topic);
+      case 'sub': {
+        const position = this.hub.subscribe(shard, m.topic);
         // The starting replica goes before the answer: the subscriber has it when its joins complete.
         if (this.presence !== null && this.keepsPresence(m.topic)) {
           this.presence.subscribe(shard, m.topic, () => {
-            if (m.rid !== 0) link.send({ op: 'subok', rid: m.rid });
+            if (m.rid !== 0) link.send({ op: 'subok', rid: m.rid, position });
           });
-        } else if (m.rid !== 0) link.send({ op: 'subok', rid: m.rid });
+        } else if (m.rid !== 0) link.send({ op: 'subok', rid: m.rid, position });
         return;
+      }
       case 'unsub':
         this.hub.unsubscribe(shard, m.topic);
         this.presence?.unsubscribe(shard, m.topic);

@@ -29,7 +29,8 @@ export type ToOwner =
 
 export type FromOwner =
   | { readonly op: 'ev'; readonly ev: Delivery }
-  | { readonly op: 'subok'; readonly rid: number }
+  /** `position`: see Broker.subscribe. */
+  | { readonly op: 'subok'; readonly rid: number; readonly position: string }
   | { readonly op: 'pubok'; readonly rid: number; readonly res: PublishResult }
   | { readonly op: 'histok'; readonly rid: number; readonly read: HistoryRead }
   /** Presence: a subscriber's starting replica (sent before `subok`), or a flush of the topic's table. */
@@ -74,7 +75,7 @@ export function encodePeer(m: PeerMessage): string {
       return r.ok ? `a${US}${m.rid}${US}ok${US}${opt(r.id)}${US}${r.duplicate ? 1 : 0}` : `a${US}${m.rid}${US}${r.reason}`;
     }
     case 'subok':
-      return `k${US}${m.rid}`;
+      return `k${US}${m.rid}${US}${m.position}`;
     case 'histok': {
       let s = `H${US}${m.rid}${US}${m.read.recovered ? 1 : 0}`;
       for (const e of m.read.events) s += `${US}${e.id}${US}${e.frame}`;
@@ -122,7 +123,7 @@ export function decodePeer(s: string): PeerMessage {
         res: f[2] === 'ok' ? { ok: true, id: und(f[3]), duplicate: f[4] === '1' } : { ok: false, reason: f[2] as 'unavailable' | 'internal' },
       };
     case 'k':
-      return { op: 'subok', rid: Number(f[1]) };
+      return { op: 'subok', rid: Number(f[1]), position: f[2]! };
     case 'H': {
       const events = [];
       for (let i = 3; i + 1 < f.length; i += 2) events.push({ id: f[i]!, frame: f[i + 1]! });

@@ -9,8 +9,8 @@ import type { MeshBroker } from './mesh-broker.ts';
 import type { BrokerStats, ShardBroker } from './shard-broker.ts';
 
 /** The `op` label of sluice_redis_command_seconds; the index is what RedisBroker and SharedLimits observe. */
-export const REDIS_OPS = ['publish', 'history', 'subscribe', 'window'] as const;
-export const RedisOp = { Publish: 0, History: 1, Subscribe: 2, Window: 3 } as const;
+export const REDIS_OPS = ['publish', 'history', 'subscribe', 'window', 'position'] as const;
+export const RedisOp = { Publish: 0, History: 1, Subscribe: 2, Window: 3, Position: 4 } as const;
 /** Records how long a Redis command took, answered or failed (seconds). */
 export type RedisTiming = (op: number, seconds: number) => void;
 
@@ -190,7 +190,7 @@ export class RedisBroker implements ShardBroker {
     return new Promise((resolve) => this.publishThen(tenant, req, resolve));
   }
 
-  async subscribe(topic: string): Promise<void> {
+  async subscribe(topic: string): Promise<string | undefined> {
     // The mesh only carries this node's keyed and ephemeral events while
     // Redis is down: a mesh owner that is restarting must not fail the join.
     await this.mesh.subscribe(topic).catch((err: unknown) => {
@@ -213,6 +213,20 @@ export class RedisBroker implements ShardBroker {
       // mesh (this node's keyed and ephemeral events) reaches the topic.
       this.counts.errors++;
       if (this.log.isLevelEnabled('debug')) this.log.debug({ err, topic }, 'redis subscribe failed; kept for when it is back');
+      return undefined;
+    }
+    // Read once the subscription is confirmed: every event stored after the
+    // read has a higher id and comes on the channel. Not known when Redis
+    // does not answer: the joins then get no position.
+    const t1 = performance.now();
+    try {
+      return await this.bus.position(topic);
+    } catch (err) {
+      this.counts.errors++;
+      if (this.log.isLevelEnabled('debug')) this.log.debug({ err, topic }, 'reading the topic position failed');
+      return undefined;
+    } finally {
+      this.took(RedisOp.Position, t1);
     }
   }
 

@@ -52,13 +52,15 @@ export class TopicOwner {
     }
   }
 
-  subscribe(shard: number, topic: string): void {
+  /** Returns the topic's position: every durable event published from now on has a higher id and reaches `shard`. */
+  subscribe(shard: number, topic: string): string {
     let set = this.subscribers.get(topic);
     if (set === undefined) {
       this.subscribers.set(topic, (set = new Set()));
       this.onOccupancy?.(topic, true);
     }
     set.add(shard);
+    return this.log.position(topic, this.now());
   }
 
   unsubscribe(shard: number, topic: string): void {

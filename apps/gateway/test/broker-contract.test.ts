@@ -8,7 +8,7 @@ import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { MessageChannel } from 'node:worker_threads';
 import { type Broker, type Config, type Delivery, loadConfig, ownerOf, type PublishFields, topicKey } from '@sluice/core';
-import { EventClass } from '@sluice/protocol';
+import { compareEventIdStrings, EventClass } from '@sluice/protocol';
 import { createLogger } from '@sluice/telemetry';
 import { MeshBroker } from '../src/mesh-broker.ts';
 import { RedisBroker } from '../src/redis-broker.ts';
@@ -197,6 +197,33 @@ for (const impl of impls) {
       await a.broker.publish('default', durable(topic, 'late'));
       await settle();
       assert.equal(b.got.length, 20);
+    });
+
+    test('subscribe resolves with the topic position: its newest id, or an id every later event is above; since it, history is complete', async () => {
+      const [a, b] = await impl.pair();
+      for (const earlier of [0, 2]) {
+        const topic = ownedBy(owner, `pos${earlier}-`);
+        const key = topicKey('default', topic);
+        const before: string[] = [];
+        for (let i = 0; i < earlier; i++) {
+          const r = await b.broker.publish('default', durable(topic, i));
+          before.push(r.ok ? r.id! : '');
+        }
+        const position = await a.broker.subscribe(key);
+        assert.match(String(position), /^\d+-\d+$/);
+        if (earlier > 0) assert.equal(position, before.at(-1));
+        const after: string[] = [];
+        for (let i = 0; i < 3; i++) {
+          const r = await b.broker.publish('default', durable(topic, i));
+          after.push(r.ok ? r.id! : '');
+        }
+        for (const id of after) assert.ok(compareEventIdStrings(id, position!)! > 0, `${id} above ${position}`);
+        await settle();
+        assert.deepEqual(a.got.filter((d) => d.topic === key).map((d) => d.id), after, 'delivered to the subscriber');
+        const read = await b.broker.history(key, position);
+        assert.deepEqual([read.events.map((e) => e.id), read.recovered], [after, true]);
+        a.broker.unsubscribe(key);
+      }
     });
 
     test('history after since is bounded: recovered false once trimmed, true from the last id on', async () => {

@@ -119,9 +119,9 @@ describe('Redis command latency (cluster mode)', () => {
     await redis.stop();
   });
 
-  test('every durable publish, history read, subscribe and window settle is one observation of its op', async () => {
+  test('every durable publish, history read, subscribe, position read and window settle is one observation of its op', async () => {
     const op = (name: string) => metricValue(gw, 'sluice_redis_command_seconds_count', `{op="${name}"}`).catch(() => 0);
-    const before = { publish: await op('publish'), history: await op('history'), subscribe: await op('subscribe'), window: await op('window') };
+    const before = { publish: await op('publish'), history: await op('history'), subscribe: await op('subscribe'), position: await op('position'), window: await op('window') };
     const c = await Client.connect(gw.url());
     const first = await c.request({ type: 'publish', topic: 'r:1', data: 0 });
     for (let i = 1; i < 10; i++) assert.equal((await c.request({ type: 'publish', topic: 'r:1', data: i })).status, 'ok');
@@ -129,6 +129,8 @@ describe('Redis command latency (cluster mode)', () => {
     await eventually(async () => (await op('publish')) - before.publish === 10);
     assert.equal((await op('history')) - before.history, 1);
     assert.equal((await op('subscribe')) - before.subscribe, 1);
+    // The topic's position is read once its SUBSCRIBE is confirmed.
+    assert.equal((await op('position')) - before.position, 1);
     // The upgrade's IP window (and the tenant window's settles) went to Redis.
     assert.ok((await op('window')) - before.window >= 1);
     c.close();

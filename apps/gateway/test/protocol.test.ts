@@ -1,6 +1,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
+import { compareEventIdStrings } from '@sluice/protocol';
 import { Client, clientsOnShards, type Frame, type Gateway, startGateway } from './harness.ts';
 
 let gw: Gateway;
@@ -48,12 +49,16 @@ describe('join, publish, leave across shards', () => {
   test('a durable publish on one shard reaches subscribers on both shards, with one id', async () => {
     const [a, b] = await clientsOnShards(gw.url(), [0, 1]);
     opened.push(a!, b!);
-    assert.deepEqual(await a!.request({ type: 'join', ref: 'j-a', topic: 'x:room' }), { type: 'reply', ref: 'j-a', status: 'ok' });
+    const joined = await a!.request({ type: 'join', ref: 'j-a', topic: 'x:room' });
+    const position = (joined.data as { position: string }).position;
+    assert.deepEqual(joined, { type: 'reply', ref: 'j-a', status: 'ok', data: { position } });
+    assert.match(position, /^\d+-\d+$/);
     assert.equal((await b!.request({ type: 'join', topic: 'x:room' })).status, 'ok');
     const ack = await b!.request({ type: 'publish', topic: 'x:room', data: { text: 'hi' } });
     assert.equal(ack.status, 'ok');
     const id = (ack.data as { id: string }).id;
     assert.match(id, /^\d+-\d+$/);
+    assert.ok(compareEventIdStrings(id, position)! > 0, `${id} is above the join position ${position}`);
     for (const c of [a!, b!]) {
       assert.deepEqual(await c.next((f) => f.type === 'event'), { type: 'event', topic: 'x:room', id, data: { text: 'hi' } });
     }
@@ -135,6 +140,43 @@ describe('idempotency', () => {
     await a!.next((f) => f.type === 'event' && f.data === 3);
     assert.deepEqual(a!.takeEvents('idem').map((e) => e.data), []);
   });
+});
+
+describe('the position of a join without since', () => {
+  for (const [name, earlier] of [['a topic with no event yet', 0], ['a topic with events', 3]] as const) {
+    test(`${name}: every event after it reaches the socket, and a join with it as since replays exactly those`, async () => {
+      const topic = `pos:${earlier}`;
+      const [a, b] = await clientsOnShards(gw.url(), [0, 1]);
+      opened.push(a!, b!);
+      const ids: string[] = [];
+      const publish = async (n: number): Promise<void> => {
+        const ack = await b!.request({ type: 'publish', topic, data: n });
+        ids.push((ack.data as { id: string }).id);
+      };
+      const eventIds = async (c: Client, n: number): Promise<unknown[]> => {
+        const out: unknown[] = [];
+        for (let i = 0; i < n; i++) out.push((await c.next((f) => f.type === 'event' && f.topic === topic)).id);
+        return out;
+      };
+      for (let i = 0; i < earlier; i++) await publish(i);
+      const position = ((await a!.request({ type: 'join', topic })).data as { position: string }).position;
+      if (earlier > 0) assert.equal(position, ids.at(-1), 'the newest id');
+      // Repeated: the topic is already subscribed on this shard, the position is the same.
+      const [c] = await clientsOnShards(gw.url(), [0]);
+      opened.push(c!);
+      assert.deepEqual((await c!.request({ type: 'join', topic })).data, { position });
+      for (let i = 0; i < 3; i++) await publish(100 + i);
+      const after = ids.slice(earlier);
+      assert.deepEqual(await eventIds(a!, 3), after);
+      // A socket that was cut off right after the join: it rejoins with the position and misses nothing.
+      const [late] = await clientsOnShards(gw.url(), [1]);
+      opened.push(late!);
+      const replay = await late!.request({ type: 'join', topic, since: position });
+      assert.deepEqual(replay.data, { recovered: true });
+      assert.deepEqual(await eventIds(late!, 3), after, 'replayed before the reply');
+      assert.deepEqual(late!.takeEvents(topic), [], 'and nothing else');
+    });
+  }
 });
 
 describe('recovery with since', () => {

@@ -5,7 +5,8 @@
 // `t` in each event's data, and reconnects a socket whose node closed it, as
 // a client SDK would: after the close's retryAfterMs (1012 of a drain), to
 // the node restarted last (a least-connections balancer's pick) or the next
-// one up, rejoining the durable topics with `since` = the last id it got.
+// one up, rejoining the durable topics with `since` = the last id it got
+// (or, before any event, the position its join's reply gave).
 // One process of the run is the publisher instead: a few sockets publishing
 // durable events with idempotency keys (resent after a reconnect until
 // acknowledged) and keyed feed updates, at the rates it is told.
@@ -112,6 +113,7 @@ const HOST = '127.0.0.1';
 const TOPIC_AT = '{"type":"event","topic":"'.length;
 const C_b = 98, C_r = 114, C_f = 102, C_QUOTE = 34, C_i = 105;
 const RECOVERED_FALSE = Buffer.from('"recovered":false');
+const POSITION = Buffer.from('"position":"');
 const RETRY_AFTER = /"retryAfterMs":(\d+)/;
 
 const J_BIG = 1, J_ROOM = 2, J_FEED = 4, J_ALL = 7;
@@ -262,6 +264,20 @@ class Subscribers implements ConnHandlers {
       return;
     }
     if (indexWithin(buf, RECOVERED_FALSE, st, e) !== -1) this.recoveredFalse++;
+    // A join without since answers the topic's position: the resume point
+    // until the first event (as the SDK keeps it), so a rejoin before any
+    // event still gets everything published after this join.
+    if (bit !== J_FEED && (bit === J_BIG ? s.bigId : s.roomId) === '') {
+      const p = indexWithin(buf, POSITION, st, e);
+      if (p !== -1) {
+        const a = p + POSITION.length;
+        const b = buf.indexOf(C_QUOTE, a);
+        if (b !== -1 && b < e) {
+          if (bit === J_BIG) s.bigId = buf.toString('latin1', a, b);
+          else s.roomId = buf.toString('latin1', a, b);
+        }
+      }
+    }
     if ((s.joined & bit) !== 0) return;
     s.joined |= bit;
     if (s.joined !== J_ALL) return;

@@ -197,8 +197,14 @@ export class Subscriptions {
     if (this.topics.get(t.name) !== t) return;
     t.status = 'joined';
     t.everJoined = true;
-    const r = (typeof data === 'object' && data !== null ? data : {}) as { recovered?: unknown };
+    const r = (typeof data === 'object' && data !== null ? data : {}) as { recovered?: unknown; position?: unknown };
     const recovered = typeof r.recovered === 'boolean' ? r.recovered : undefined;
+    // A join without `since` tells where the topic stood when the socket was
+    // subscribed: the resume point until an event moves it on, so that a
+    // rejoin before the first event still gets everything after the join.
+    if (typeof r.position === 'string' && parseEventId(r.position) !== undefined && (t.lastId === undefined || (compareEventIdStrings(r.position, t.lastId) ?? -1) > 0)) {
+      t.lastId = r.position;
+    }
     for (const sub of t.subs) sub.settle({ recovered });
     if (p.since !== undefined && recovered !== undefined) this.emit('recovered', { topic: t.name, recovered, since: p.since });
     else if (p.rejoin && p.since === undefined) this.emit('recovered', { topic: t.name, recovered: false, since: undefined });

@@ -56,8 +56,12 @@ export interface Delivery {
  * - Deliveries reach every shard subscribed to the topic, at most once per
  *   shard, in the order the broker accepted the publishes of that topic.
  * - `subscribe` resolves once every event accepted after that point will be
- *   delivered to this shard. Subscriptions are per shard; the shard counts
- *   its own sockets and calls `subscribe`/`unsubscribe` on the first and last.
+ *   delivered to this shard, with the topic's position: an event id such
+ *   that every durable event with a higher id is delivered to this shard
+ *   (undefined when it cannot be known, as during a Redis outage). A
+ *   `history` read after it returns every such event. Subscriptions are per
+ *   shard; the shard counts its own sockets and calls
+ *   `subscribe`/`unsubscribe` on the first and last.
  * - `history` returns the stored events after `since`, oldest first, at
  *   most `limit` of them (the oldest: a reader pages on from the last id);
  *   without `since`, the newest `limit` (see HistoryRead, also for
@@ -79,7 +83,7 @@ export interface Delivery {
  */
 export interface Broker {
   publish(tenant: string, fields: PublishFields): Promise<PublishResult>;
-  subscribe(topic: string): Promise<void>;
+  subscribe(topic: string): Promise<string | undefined>;
   unsubscribe(topic: string): void;
   history(topic: string, since: string | undefined, limit?: number): Promise<HistoryRead>;
   onDelivery(handler: (ev: Delivery) => void): void;

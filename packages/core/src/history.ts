@@ -182,6 +182,26 @@ export class MemoryHistory {
     return { events, recovered: !trimmed && !(cut && since === undefined) };
   }
 
+  /**
+   * The topic's position now: an id that every event appended later is
+   * above, and that a `since` of recovers from as long as nothing after it
+   * is trimmed. Its newest id (kept after its events expired, for as long as
+   * the tombstone); for a topic with none yet, `<now>-0` is taken as if an
+   * event had been given it (none is stored), so the next append in this ms
+   * gets `<now>-1`, and the topic's (empty) log vouches for it.
+   */
+  position(topic: string, clock: number): string {
+    const log = this.topics.get(topic);
+    const last = log?.last;
+    if (last !== undefined) return formatEventId(last);
+    const now = this.monotonic(clock);
+    const fresh = log ?? new TopicLog(this.creationFloor(now));
+    if (log === undefined) this.topics.set(topic, fresh);
+    fresh.lastMs = now;
+    fresh.lastSeq = 0;
+    return `${now}-0`;
+  }
+
   /** The newest id of a topic, if it has one. */
   lastId(topic: string): string | undefined {
     const last = this.topics.get(topic)?.last;

@@ -75,6 +75,21 @@ describe('MemoryHistory: examples', () => {
     assert.equal(h.lastId('t'), b);
   });
 
+  test('position: the newest id; for a topic with none, an id the next append (same ms) is above, vouched for even in the ms the history began', () => {
+    const h = new MemoryHistory(10, 60_000, undefined, T0);
+    const p = h.position('t', T0);
+    assert.equal(p, `${T0}-0`);
+    const next = appendAt(h, 't', T0);
+    assert.ok(compareEventIds(idOf(next), idOf(p)) > 0, `${next} above ${p}`);
+    const r = h.read('t', idOf(p), T0 + 1);
+    assert.deepEqual([r.events.map((e) => e.id), r.recovered], [[next], true]);
+    assert.equal(h.position('t', T0 + 5), next, 'the newest id');
+    // A clock that stepped back: still below what comes next.
+    const q = h.position('u', T0 - 100);
+    assert.ok(compareEventIds(idOf(appendAt(h, 'u', T0 - 200)), idOf(q)) > 0);
+    assert.deepEqual(h.read('t', idOf(next), T0 + 2), { events: [], recovered: true });
+  });
+
   test('maxEvents=0 stores nothing but still hands out increasing ids, and says when a since is out of reach', () => {
     const h = new MemoryHistory(0, 60_000);
     let prev: string | undefined;

@@ -116,10 +116,24 @@ local f = redis.call('GET', floor) or '0-0'
 return {1, f, redis.call('XREVRANGE', stream, '+', '-', 'COUNT', ARGV[3]), m}
 `;
 
+// A topic's position (see Broker.subscribe). KEYS: stream, floor. Its newest
+// id; with no entries left, the newest trimmed one (the floor: all were
+// trimmed); with neither, one ms before Redis's clock (an XADD in this ms
+// gets <now>-0, and any later one more).
+const POSITION_LUA = `
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last > 0 then return last[1][1] end
+local f = redis.call('GET', KEYS[2])
+if f then return f end
+local t = redis.call('TIME')
+return (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - 1) .. '-0'
+`;
+
 interface ScriptedClient {
   sluicePublish(stream: string, floor: string, idem: string, ...argv: (string | number)[]): Promise<[string, number]>;
   sluiceRead(stream: string, floor: string, ...argv: (string | number)[]): Promise<unknown[]>;
   sluiceLatest(stream: string, floor: string, ...argv: (string | number)[]): Promise<unknown[]>;
+  sluicePosition(stream: string, floor: string): Promise<string>;
 }
 
 /** Where subscriptions go: a standalone subscriber connection, or per-master connections with Cluster. */
@@ -144,6 +158,7 @@ export class RedisBus {
     cmd.defineCommand('sluicePublish', { numberOfKeys: 3, lua: PUBLISH_LUA });
     cmd.defineCommand('sluiceRead', { numberOfKeys: 2, lua: READ_LUA });
     cmd.defineCommand('sluiceLatest', { numberOfKeys: 2, lua: LATEST_LUA });
+    cmd.defineCommand('sluicePosition', { numberOfKeys: 2, lua: POSITION_LUA });
     const onMessage = (channel: string, payload: string): void => {
       const m = decodeMessage(channel, payload);
       if (m !== undefined) this.handler(m);
@@ -194,6 +209,17 @@ export class RedisBus {
     this.sub.unsubscribe(topicChannel(topic)).catch(() => {
       // Disconnected: the subscription went with the connection.
     });
+  }
+
+  /**
+   * The topic's position: an id every event stored after this read is above
+   * (read after the subscription is confirmed, every durable event above it
+   * reaches the subscriber).
+   */
+  async position(topic: string): Promise<string> {
+    const k = topicRedisKeys(topic);
+    this.commands++;
+    return (this.cmd as unknown as ScriptedClient).sluicePosition(k.stream, k.floor);
   }
 
   /** Redis's clock, in ms: stream ids are made from it. */

@@ -21,7 +21,7 @@ import type { ShardMetrics } from './metrics.ts';
 import type { Recoveries, Recovery } from './recovery.ts';
 import type { Replies } from './replies.ts';
 import { closeSocket, type HookJoin, type Socket, type SocketData, socketId } from './socket-data.ts';
-import type { Topics } from './topics.ts';
+import { positionOf, type Topics } from './topics.ts';
 import type { SocketIndex } from './socket-index.ts';
 import type { UserSocketCap } from '../user-socket-cap.ts';
 import type { ShardPresence } from './presence.ts';
@@ -438,9 +438,13 @@ export class Session {
         return;
       }
       if (since === undefined) {
+        // Subscribed at the same step as the position is read: every durable
+        // event above it reaches the socket, and a rejoin with it as `since`
+        // loses nothing (the SDK keeps it as its resume point).
+        const position = positionOf(topics.get(key)!);
         ws.cork(() => {
           lane.subscribe(ws, d, key);
-          ws.send(encodeReplyOk(f.ref), false);
+          ws.send(encodeReplyOk(f.ref, position === undefined ? undefined : `{"position":"${position}"}`), false);
           this.present(ws, d, key);
         });
         endSpan(span);

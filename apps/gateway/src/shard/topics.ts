@@ -4,6 +4,7 @@
  * single broker subscription and everything kept per topic.
  */
 import type { Broker } from '@sluice/core';
+import { compareEventIdStrings } from '@sluice/protocol';
 import type { ThrottledLine } from './context.ts';
 
 export interface TopicRecord<R> {
@@ -19,6 +20,12 @@ export interface TopicRecord<R> {
    * nothing is parsed or allocated per delivery.
    */
   lastLive: string | undefined;
+  /**
+   * What the subscription answered (Broker.subscribe): every durable event
+   * above it reaches this shard. With `lastLive`, the position a join's
+   * reply hands out (see `positionOf`).
+   */
+  position: string | undefined;
   /** Joins with `since` whose replay is not spliced onto live delivery yet; null when none. */
   recoveries: Set<R> | null;
 }
@@ -44,10 +51,11 @@ export class Topics<R> {
       else t.waiters.push(cb);
       return;
     }
-    const created: TopicRecord<R> = { count: 1, ready: false, waiters: [cb], lastLive: undefined, recoveries: null };
+    const created: TopicRecord<R> = { count: 1, ready: false, waiters: [cb], lastLive: undefined, position: undefined, recoveries: null };
     this.records.set(key, created);
     this.broker.subscribe(key).then(
-      () => {
+      (position) => {
+        created.position = position;
         created.ready = true;
         this.wake(created, true);
       },
@@ -95,4 +103,17 @@ export class Topics<R> {
     t.waiters = [];
     for (const w of waiters) w(ok);
   }
+}
+
+/**
+ * The position a join's reply hands out: every durable event with a higher
+ * id reaches a socket subscribed now. The newer of the subscription's
+ * position and the newest id delivered since (undefined when neither is
+ * known).
+ */
+export function positionOf(t: TopicRecord<unknown>): string | undefined {
+  const live = t.lastLive;
+  const at = t.position;
+  if (live === undefined || at === undefined) return live ?? at;
+  return (compareEventIdStrings(live, at) ?? 0) > 0 ? live : at;
 }

@@ -73,7 +73,7 @@ export class Coordinator {
   private readonly tasks = new Map<number, Promise<void>>();
   private readonly generations: number[] = [];
   private readonly registry = new Registry();
-  private readonly nodeMetrics = new NodeMetrics(this.registry);
+  private readonly nodeMetrics: NodeMetrics;
   private readonly nodeId = randomBytes(4).toString('hex');
   private pool: Piscina<ShardTask, ShardExit> | undefined;
   private admin: Server | undefined;
@@ -104,6 +104,7 @@ export class Coordinator {
     private readonly log: Logger,
     private readonly opts: { testHooks: boolean; onDrainRequest?: () => void; tracer?: Tracer | null; uws: UwsBuild },
   ) {
+    this.nodeMetrics = new NodeMetrics(this.registry, config.metricsWaitMs);
     this.registerMetrics();
     this.webhooks = config.webhookUrl === undefined ? undefined
       : new WebhookSender(config, config.webhookUrl, config.webhookSecret!, this.nodeId, log, this.registry);

@@ -31,6 +31,7 @@ import { LoadPool, split } from '../loadgen/pool.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
 import { metricByLabel, metricSum, metricTypes, parseMetrics } from '@sluice/gateway/testing';
 import { maxOf, percentile } from '../lib/series.ts';
+import { configSchema } from '@sluice/core';
 import type { ServerProc, TargetSpec } from '../lib/server.ts';
 import { SOURCES } from './connect.ts';
 import { interleave, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
@@ -330,7 +331,9 @@ export async function runMetrics(opts: RunOptions, cfg: MetricsConfig): Promise<
   const pool = await LoadPool.start(procs, 30 * 60_000);
   try {
     const keys = variantsOf(cfg).map((variant) => ({ scenario: 'S10' as const, variant }));
-    return await interleave(opts, keys, (srv, spec, repeat) => metricsOnce(pool, srv, spec, repeat, cfg));
+    // The shipped WS_METRICS_WAIT_MS, not the test kit's (which waits for every shard's fresh figures).
+    const waitMs = String(configSchema.find((v) => v.name === 'WS_METRICS_WAIT_MS')!.default);
+    return await interleave(opts, keys, (srv, spec, repeat) => metricsOnce(pool, srv, spec, repeat, cfg), { WS_METRICS_WAIT_MS: waitMs });
   } finally {
     await pool.close();
   }

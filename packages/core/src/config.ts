@@ -72,6 +72,8 @@ export interface Config {
   readonly logLevel: LogLevel;
   /** WS_TRACING_MODULE: a module every thread imports to register an OpenTelemetry SDK; unset = no spans. */
   readonly tracingModule: string | undefined;
+  /** WS_METRICS_WAIT_MS: how long a scrape waits for a shard that has answered one before. */
+  readonly metricsWaitMs: number;
   /** WS_AUTH=hook: the URL every upgrade (and every `refresh`) is POSTed to. */
   readonly connectHookUrl: string | undefined;
   readonly subscribeHookUrl: string | undefined;
@@ -709,6 +711,14 @@ const schema = [
     name: 'LOG_LEVEL', key: 'logLevel', section: 'Admin and observability',
     type: oneOf(LOG_LEVELS), default: 'info',
     doc: 'Least severe level written to the log; `silent` writes nothing.',
+  }),
+  v({
+    name: 'WS_METRICS_WAIT_MS', key: 'metricsWaitMs', section: 'Admin and observability',
+    type: int(1, 10_000, 'ms'), default: 25,
+    doc: 'How long `/metrics` waits for each shard thread\'s fresh figures. A shard busy for longer (a large fan-out on a loaded ' +
+      'machine) is stood in for by its previous answer, and its late answer is kept for the next scrape: figures at most one scrape ' +
+      'old, counters never going back, and a scrape as quick as the coordinator alone. A shard that has not answered any scrape yet is ' +
+      'waited for up to 2 s.',
   }),
   v({
     name: 'WS_TRACING_MODULE', key: 'tracingModule', section: 'Admin and observability',

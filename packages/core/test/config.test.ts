@@ -100,6 +100,7 @@ test('an empty env gives the documented defaults and no warnings', () => {
     adminInsecure: false,
     logLevel: 'info',
     tracingModule: undefined,
+    metricsWaitMs: 25,
     connectHookUrl: undefined,
     subscribeHookUrl: undefined,
     subscribeHookTopics: undefined,

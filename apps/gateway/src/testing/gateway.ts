@@ -22,11 +22,16 @@ export const TEST_ADMIN_TOKEN = 'sluice-test-admin-token';
  * Every test client comes from 127.0.0.1 as one tenant: the per-IP and
  * per-tenant windows are opened wide, free ports are taken, and the drain
  * does not wait before closing. The admin API needs TEST_ADMIN_TOKEN, as a
- * deployment's would. A test's own variables are laid over these.
+ * deployment's would. `/metrics` waits for every shard's fresh figures (up
+ * to 2 s, as for a shard's first scrape), since tests read a counter right
+ * after the action that moves it; the default wait, and the previous
+ * answer standing in for a busy shard, are tested in node-metrics.test.ts.
+ * A test's own variables are laid over these.
  */
 export const TEST_ENV: Readonly<Record<string, string>> = {
   PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: '2', LOG_LEVEL: 'info',
   WS_DRAIN_DELAY_MS: '0', WS_IP_CONNECT_LIMIT: '1000000', WS_TENANT_MSG_LIMIT: '100000000', ADMIN_TOKEN: TEST_ADMIN_TOKEN,
+  WS_METRICS_WAIT_MS: '2000',
 };
 
 /** Only the ports and hosts of TEST_ENV: every other setting stays the gateway's default. */

@@ -8,7 +8,7 @@ import { parseArgs } from 'node:util';
 import { assertNativeUws } from './peers/uws.ts';
 import { machineInfo } from './lib/proc.ts';
 import { takeBenchLock } from './lib/lock.ts';
-import { ALL_TARGETS, KNOWN_TARGETS, type TargetName } from './lib/server.ts';
+import { ALL_TARGETS, KNOWN_TARGETS, runsFromSource, staleBuild, type TargetName } from './lib/server.ts';
 import { BENCH_ROOT, REPO_ROOT } from './lib/spawn.ts';
 import type { RunOptions, Sample } from './scenarios/common.ts';
 import { int, scenarioOf, SCENARIOS } from './registry.ts';
@@ -61,7 +61,9 @@ options:
   --ramp a,b         S16: after the steady window, 20 s at the rates times a, then b (default 3)
   --room-size n      S16: sockets per room (10); --feeds n: keyed feeds (1000); --rate: WS_DRAIN_RATE (2000)
   --no-restart       S16: without the rolling restart
-  --no-report        (all) do not rewrite results.md / results.svg`;
+  --no-report        (all) do not rewrite results.md / results.svg
+  --owned            S1: every socket joins a topic its own shard owns (no publish crosses threads): what a crossing costs
+  --from-source      run the gateway from its sources under tsx (default: its build, dist/main.js, refused when older than a source file)`;
 
 interface Cli {
   command: string;
@@ -72,7 +74,7 @@ interface Cli {
     seconds?: string; healthy?: string; stalled?: string; size?: string; 'rss-limit-mib'?: string; rate?: string; 'delay-ms'?: string;
     nodes?: string; scrapes?: string; bursts?: string; burst?: string; topics?: string; 'admin-rate'?: string; rounds?: string; revocations?: string; 'rst-at-close'?: boolean;
     'ttl-ms'?: string; quick?: boolean; 'no-sio'?: boolean;
-    rates?: string; ramp?: string; 'room-size'?: string; feeds?: string; 'no-restart'?: boolean;
+    rates?: string; ramp?: string; 'room-size'?: string; feeds?: string; 'no-restart'?: boolean; 'from-source'?: boolean; owned?: boolean;
   };
 }
 
@@ -89,6 +91,7 @@ function parse(): Cli {
       rounds: { type: 'string' }, revocations: { type: 'string' }, 'rst-at-close': { type: 'boolean' },
       'ttl-ms': { type: 'string' }, quick: { type: 'boolean' }, 'no-sio': { type: 'boolean' }, events: { type: 'string' }, warmup: { type: 'string' },
       rates: { type: 'string' }, ramp: { type: 'string' }, 'room-size': { type: 'string' }, feeds: { type: 'string' }, 'no-restart': { type: 'boolean' },
+      'from-source': { type: 'boolean' }, owned: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -107,7 +110,7 @@ function sluiceBuild(): SluiceBuild {
   try {
     const commit = execFileSync('git', ['-C', REPO_ROOT, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
     const dirty = execFileSync('git', ['-C', REPO_ROOT, 'status', '--porcelain', '--', 'apps', 'packages'], { encoding: 'utf8' });
-    return { commit, dirtyFiles: dirty.split('\n').filter((l) => l.trim() !== '').length };
+    return { commit, dirtyFiles: dirty.split('\n').filter((l) => l.trim() !== '').length, runs: runsFromSource() ? 'source' : 'build' };
   } catch {
     return { commit: 'unknown', dirtyFiles: 0 };
   }
@@ -180,6 +183,9 @@ async function main(): Promise<number> {
   }
 
   assertNativeUws();
+  if (v['from-source'] === true) process.env.SLUICE_BENCH_FROM_SOURCE = '1';
+  const stale = runsFromSource() ? undefined : staleBuild(REPO_ROOT);
+  if (stale !== undefined) throw new Error(stale);
   const isCi = cli.command === 'ci';
   const alone = scenarioOf(cli.command);
   if (!isCi && cli.command !== 'all' && alone === undefined) throw new Error(`unknown command ${cli.command}\n${USAGE}`);

@@ -44,11 +44,24 @@ export function teardownDeferred(): number {
   return n;
 }
 
+const CONNECTION_ID = Buffer.from('"connectionId":"');
+
+/** The shard part of a Sluice welcome's connectionId; -1 when it has none. */
+export function shardOfWelcome(buf: Buffer, s: number, e: number): number {
+  const at = buf.indexOf(CONNECTION_ID, s);
+  if (at === -1 || at >= e) return -1;
+  const id = buf.toString('latin1', at + CONNECTION_ID.length, Math.min(e, at + CONNECTION_ID.length + 64));
+  const shard = Number(id.split('.')[1]);
+  return Number.isInteger(shard) ? shard : -1;
+}
+
 export class RawConn {
   readonly sock: net.Socket;
   state: 'connecting' | 'upgrading' | 'handshake' | 'ready' | 'closed' = 'connecting';
   readonly startedAt = monoUs();
   readyAt = 0;
+  /** The gateway shard that holds the socket (from the welcome's connectionId, `<node>.<shard>.<generation>.<seq>`); -1 for a peer. */
+  shard = -1;
   private head: Buffer | null = null;
   private readonly splitter: FrameSplitter;
 
@@ -172,6 +185,7 @@ export class RawConn {
       if (kind === Kind.Open) { this.sock.write(SIO_CONNECT); return; }
       if (kind === Kind.Welcome) {
         this.state = 'ready';
+        if (this.target.proto === 'sluice') this.shard = shardOfWelcome(buf, s, e);
         this.readyAt = chunkNow;
         this.handlers.ready(this);
         return;

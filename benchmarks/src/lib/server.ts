@@ -2,6 +2,7 @@
 // test kit, told apart only by how they start and where they report their
 // stall gauge.
 
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseMetrics, PLAIN_ENV, startGateway, type Gateway } from '@sluice/gateway/testing';
 import { BENCH_ROOT, REPO_ROOT } from './spawn.ts';
@@ -22,6 +23,30 @@ export const KNOWN_TARGETS: readonly TargetName[] = [...ALL_TARGETS, 'sluice-tra
  * in one run, the two targets interleaved.
  */
 const BASE_CHECKOUT = process.env.SLUICE_BENCH_BASE;
+/**
+ * How the gateway runs: its build (`node dist/main.js`, what production
+ * runs; the default) or its sources under tsx (`--from-source`, which sets
+ * this). The build is the one to measure: under tsx every `export *` of a
+ * workspace package is a getter on the hot path (about 10% of S1's samples,
+ * results.md "S1: what remains").
+ */
+export const runsFromSource = (): boolean => process.env.SLUICE_BENCH_FROM_SOURCE === '1';
+
+/** The newest source file of the gateway and the packages it bundles, against its build: a reason to refuse, or undefined. */
+export function staleBuild(root: string): string | undefined {
+  const built = join(root, 'apps/gateway/dist/main.js');
+  if (!existsSync(built)) return `the gateway is not built (${built} is missing): run \`pnpm build\`, or measure the sources with --from-source`;
+  const builtAt = statSync(built).mtimeMs;
+  const dirs = ['apps/gateway/src', ...['protocol', 'core', 'telemetry', 'redis', 'uws'].map((p) => `packages/${p}/src`)];
+  for (const d of dirs) {
+    for (const f of readdirSync(join(root, d), { recursive: true, withFileTypes: true })) {
+      if (!f.isFile()) continue;
+      const path = join(f.parentPath, f.name);
+      if (statSync(path).mtimeMs > builtAt) return `${path} is newer than the gateway's build: run \`pnpm build\`, or measure the sources with --from-source`;
+    }
+  }
+  return undefined;
+}
 /** The SDK setup of `sluice-traced`: every span sampled and recorded, then dropped. */
 export const BENCH_TRACING_MODULE = join(BENCH_ROOT, 'src/lib/otel-bench.mjs');
 
@@ -68,12 +93,17 @@ export class ServerProc {
 
   /** `extraEnv` overrides the environment above (S7: the drain settings). */
   static async start(spec: TargetSpec, timeoutMs = 60_000, extraEnv: Record<string, string> = {}): Promise<ServerProc> {
-    const opts = { raiseFileLimit: true, timeoutMs } as const;
+    const built = !runsFromSource();
+    const opts = { raiseFileLimit: true, timeoutMs, built } as const;
     if (spec.name === 'sluice-base') {
       if (BASE_CHECKOUT === undefined) throw new Error('target sluice-base needs SLUICE_BENCH_BASE: the root of an installed checkout of the base commit');
+      // Measured the way `sluice` is: its build (checked as ours is), or its sources.
+      const stale = built ? staleBuild(BASE_CHECKOUT) : undefined;
+      if (stale !== undefined) throw new Error(`sluice-base: ${stale}`);
       // An older gateway may predate the IPC ready message: its log line is the readiness there.
       const gw = await startGateway({ ...gatewayEnv(spec.threads), ...extraEnv },
-        { ...opts, command: [process.execPath, '--import', 'tsx', 'src/main.ts'], cwd: join(BASE_CHECKOUT, 'apps/gateway'), readyFrom: 'log' });
+        { ...opts, command: [process.execPath, ...(built ? ['dist/main.js'] : ['--import', 'tsx', 'src/main.ts'])],
+          cwd: join(BASE_CHECKOUT, 'apps/gateway'), readyFrom: 'log' });
       return new ServerProc(spec, gw);
     }
     const gw = spec.name.startsWith('sluice')

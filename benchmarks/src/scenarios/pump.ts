@@ -19,19 +19,26 @@ export interface PumpConfig {
   measureMs: number;
   procs: number;
   ephemeral: boolean;
+  /**
+   * S1 --owned: every socket joins a topic its own shard owns, so that no
+   * publish crosses threads (Sluice with 2 workers; the same as without for
+   * the other targets). Set against the plain run, it measures what a
+   * publish to another shard's topic costs.
+   */
+  owned?: boolean;
 }
 
 export const S1_DEFAULT: PumpConfig = { scenario: 'S1', sockets: 100, depth: 16, sizes: [32, 1024], warmupMs: 1000, measureMs: 3000, procs: 1, ephemeral: false };
 export const S2_DEFAULT: PumpConfig = { scenario: 'S2', sockets: 50, depth: 1, sizes: [32], warmupMs: 1000, measureMs: 3000, procs: 1, ephemeral: false };
 
-export function sizeLabel(size: number): string {
-  return size >= 1024 && size % 1024 === 0 ? `${size / 1024}KB` : `${size}B`;
+export function sizeLabel(size: number, owned = false): string {
+  return `${size >= 1024 && size % 1024 === 0 ? `${size / 1024}KB` : `${size}B`}${owned ? ', own shard' : ''}`;
 }
 
 export async function runPump(opts: RunOptions, cfg: PumpConfig): Promise<Sample[]> {
   const pool = await LoadPool.start(cfg.procs, 30 * 60_000);
   try {
-    const keys = cfg.sizes.map((size) => ({ scenario: cfg.scenario, variant: sizeLabel(size) }));
+    const keys = cfg.sizes.map((size) => ({ scenario: cfg.scenario, variant: sizeLabel(size, cfg.owned) }));
     return await interleave(opts, keys, async (srv, spec, repeat) => {
       const out: Sample[] = [];
       for (const size of cfg.sizes) out.push(await pumpOnce(pool, srv, spec, repeat, size, cfg));
@@ -48,7 +55,7 @@ export async function runPump(opts: RunOptions, cfg: PumpConfig): Promise<Sample
  * `variant` names the sample (default: the payload size).
  */
 export async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, repeat: number, size: number, cfg: PumpConfig,
-  auth?: AuthSpec, variant = sizeLabel(size)): Promise<Sample> {
+  auth?: AuthSpec, variant = sizeLabel(size, cfg.owned)): Promise<Sample> {
   const counts = split(cfg.sockets, pool.size);
   let base = 0;
   const bases = counts.map((c) => { const b = base; base += c; return b; });
@@ -61,7 +68,8 @@ export async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec
     }));
     const ready = conn.reduce((a, c) => a + c.ready, 0);
     if (ready < cfg.sockets) throw new Error(`only ${ready}/${cfg.sockets} sockets connected: ${JSON.stringify(conn.map((c) => c.reasons))}`);
-    const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000 }));
+    const ownShard = cfg.owned === true && spec.proto === 'sluice' ? spec.threads : 0;
+    const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000, ownShard }));
     const joined = joins.reduce((a, j) => a + j.joined, 0);
     if (joined < cfg.sockets) throw new Error(`only ${joined}/${cfg.sockets} joins succeeded (${joins.reduce((a, j) => a + j.errors, 0)} errors)`);
     await pool.all(() => ({ op: 'pump', depth: cfg.depth, size, ephemeral: cfg.ephemeral }));

@@ -8,10 +8,9 @@
 //
 // Not part of `pnpm bench`: a tool for reading where the bytes go.
 
-import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
-import WebSocket from 'ws';
 import { startGateway } from '@sluice/gateway/testing';
+import { Inspector } from '../lib/inspector.ts';
 import type { ConnectResult, JoinResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
 import { SOURCES } from '../scenarios/connect.ts';
@@ -21,88 +20,6 @@ const sockets = Number(args.find((a) => /^\d+$/.test(a)) ?? 15_000);
 const withTopics = args.includes('--topics');
 const snapshot = args.includes('--snapshot');
 const workers = Number(process.env.WS_WORKERS ?? 2);
-
-interface Pending { resolve: (v: unknown) => void; reject: (e: Error) => void }
-
-/** One inspector connection to the gateway's main thread, and through it to each worker (NodeWorker domain). */
-class Inspector {
-  private id = 0;
-  private readonly pending = new Map<number, Pending>();
-  private readonly workerPending = new Map<string, Map<number, Pending>>();
-  private readonly chunks = new Map<string, string[]>();
-  readonly workers: string[] = [];
-
-  private constructor(private readonly ws: WebSocket) {
-    ws.on('message', (raw) => {
-      const m = JSON.parse(raw.toString()) as { id?: number; method?: string; params?: Record<string, unknown>; result?: unknown; error?: { message: string } };
-      if (m.id !== undefined) this.settle(this.pending, m);
-      else if (m.method === 'NodeWorker.attachedToWorker') this.workers.push(m.params!.sessionId as string);
-      else if (m.method === 'NodeWorker.receivedMessageFromWorker') {
-        const session = m.params!.sessionId as string;
-        const inner = JSON.parse(m.params!.message as string) as typeof m;
-        if (inner.id !== undefined) this.settle(this.workerPending.get(session)!, inner);
-        else if (inner.method === 'HeapProfiler.addHeapSnapshotChunk') this.chunks.get(session)?.push(inner.params!.chunk as string);
-      }
-    });
-  }
-
-  static async open(url: string): Promise<Inspector> {
-    const ws = new WebSocket(url);
-    await once(ws, 'open');
-    const insp = new Inspector(ws);
-    await insp.call('NodeWorker.enable', { waitForDebuggerOnStart: false });
-    return insp;
-  }
-
-  private settle(map: Map<number, Pending>, m: { id?: number; result?: unknown; error?: { message: string } }): void {
-    const p = map.get(m.id!);
-    map.delete(m.id!);
-    if (m.error !== undefined) p?.reject(new Error(m.error.message));
-    else p?.resolve(m.result);
-  }
-
-  call(method: string, params: Record<string, unknown> = {}): Promise<unknown> {
-    const id = ++this.id;
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      this.ws.send(JSON.stringify({ id, method, params }));
-    });
-  }
-
-  callWorker(session: string, method: string, params: Record<string, unknown> = {}): Promise<unknown> {
-    const id = ++this.id;
-    let map = this.workerPending.get(session);
-    if (map === undefined) this.workerPending.set(session, map = new Map());
-    const p = new Promise((resolve, reject) => map.set(id, { resolve, reject }));
-    void this.call('NodeWorker.sendMessageToWorker', { sessionId: session, message: JSON.stringify({ id, method, params }) });
-    return p;
-  }
-
-  /** Full GC, then the heap in use, per worker. */
-  async heaps(): Promise<number[]> {
-    const out: number[] = [];
-    for (const s of this.workers) {
-      await this.callWorker(s, 'HeapProfiler.collectGarbage');
-      await this.callWorker(s, 'HeapProfiler.collectGarbage');
-      const u = await this.callWorker(s, 'Runtime.getHeapUsage') as { usedSize: number; totalSize: number };
-      out.push(u.usedSize);
-    }
-    return out;
-  }
-
-  async snapshot(session: string): Promise<string> {
-    this.chunks.set(session, []);
-    await this.callWorker(session, 'HeapProfiler.enable');
-    await this.callWorker(session, 'HeapProfiler.takeHeapSnapshot', { reportProgress: false });
-    const text = this.chunks.get(session)!.join('');
-    this.chunks.delete(session);
-    return text;
-  }
-
-  close(): void {
-    this.ws.close();
-  }
-}
 
 /** Self sizes by (node type, class name), summed. */
 function aggregate(text: string): Map<string, { bytes: number; count: number }> {

@@ -2,7 +2,7 @@
  * What stands behind a shard, made in one place: its broker, its limits
  * (with their window store) and when it may start listening. Embedded mode
  * (no REDIS_URL): the mesh of shards, the node's memory window store in the
- * coordinator, ready at once. Cluster mode: RedisBroker over the mesh, the
+ * coordinator and its upgrade windows in shared memory, ready at once. Cluster mode: RedisBroker over the mesh, the
  * Redis window store with the memory one as its fallback, one RedisHealth
  * for both, a histogram of Redis command times, ready once Redis answers
  * (or after a short wait, degraded as in an outage). No other part of the
@@ -11,7 +11,7 @@
 import type { Config } from '@sluice/core';
 import type { RedisClient, RedisHealth } from '@sluice/redis';
 import { IndexedHistogram, type Logger, type Registry } from '@sluice/telemetry';
-import { SharedLimits, type LocalSettle } from './shared-limits.ts';
+import { SharedLimits, type LocalSettle, type SharedWindows } from './shared-limits.ts';
 import { MeshBroker } from './mesh-broker.ts';
 import { REDIS_OPS, RedisBroker, RedisOp } from './redis-broker.ts';
 import type { ShardBroker } from './shard-broker.ts';
@@ -27,6 +27,8 @@ export interface BackplaneDeps {
   readonly registry: Registry;
   /** Settles with the node's memory window store in the coordinator (the shard's control port). */
   readonly localSettle: LocalSettle;
+  /** Embedded mode: the node's upgrade windows in shared memory (the coordinator's buffers); undefined in cluster mode. */
+  readonly windows: SharedWindows | undefined;
 }
 
 export interface Backplane {
@@ -49,7 +51,10 @@ export function createBackplane(deps: BackplaneDeps): Backplane {
   const { shard, config: cfg, log } = deps;
   const mesh = new MeshBroker(shard, cfg.workers, cfg, log);
   if (cfg.redisUrl === undefined) {
-    return { broker: mesh, mesh, limits: new SharedLimits(cfg, undefined, deps.localSettle, log), ready: Promise.resolve(), redis: undefined };
+    return {
+      broker: mesh, mesh, limits: new SharedLimits(cfg, undefined, deps.localSettle, log, undefined, undefined, deps.windows),
+      ready: Promise.resolve(), redis: undefined,
+    };
   }
   const latency = new IndexedHistogram(deps.registry, 'sluice_redis_command_seconds',
     'How long Redis commands took, answered or failed (cluster mode), by operation.', 'op', REDIS_OPS);

@@ -22,7 +22,8 @@ import { NodeRegistry } from './node-registry.ts';
 import { PushQueue } from './push-queue.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { RedisWatch } from './redis-watch.ts';
-import { Flag, SharedState } from './shared-state.ts';
+import { Flag, MAX_SHARDS, SharedState } from './shared-state.ts';
+import { type SharedWindowBuffers, type SharedWindows, sharedWindowBuffers, sharedWindows } from './shared-limits.ts';
 import type { ShardExit, ShardTask } from './shard/task.ts';
 import { probeCorkInPlace, type UwsBuild } from '@sluice/uws';
 import { WebhookSender } from './webhooks.ts';
@@ -90,6 +91,10 @@ export class Coordinator {
   private redis: RedisWatch | undefined;
   /** The node's sliding windows for tenant and IP limits: the embedded store, and the fallback when Redis is down. */
   private readonly windows = new MemoryWindowStore();
+  /** Embedded mode: the upgrade windows in shared memory, counted by the shards themselves; undefined in cluster mode. */
+  private readonly windowBuffers: SharedWindowBuffers | undefined;
+  /** The coordinator's view of them: only to free a lock a gone shard held. */
+  private readonly upgradeWindows: SharedWindows | undefined;
   /** WS_MAX_USER_SOCKETS in embedded mode: the node's count of each user's sockets, over its shards. */
   private readonly userSockets = new MemoryUserSockets();
   /** Admin commands to every node, and the node's revocations. */
@@ -105,6 +110,8 @@ export class Coordinator {
     private readonly opts: { testHooks: boolean; onDrainRequest?: () => void; tracer?: Tracer | null; uws: UwsBuild },
   ) {
     this.nodeMetrics = new NodeMetrics(this.registry, config.metricsWaitMs);
+    this.windowBuffers = config.redisUrl === undefined ? sharedWindowBuffers(config) : undefined;
+    this.upgradeWindows = this.windowBuffers === undefined ? undefined : sharedWindows(config, this.windowBuffers, MAX_SHARDS, false);
     this.registerMetrics();
     this.webhooks = config.webhookUrl === undefined ? undefined
       : new WebhookSender(config, config.webhookUrl, config.webhookSecret!, this.nodeId, log, this.registry);
@@ -303,7 +310,7 @@ export class Coordinator {
     const generation = (this.generations[shard] = (this.generations[shard] ?? -1) + 1);
     const listening = new Promise<number>((resolve) => (link.listening = resolve));
     const task: ShardTask = {
-      shard, generation, nodeId: this.nodeId, config: this.config, shared: this.shared.buffer, control: port2, peers,
+      shard, generation, nodeId: this.nodeId, config: this.config, shared: this.shared.buffer, windows: this.windowBuffers, control: port2, peers,
       listenPort, testHooks: this.opts.testHooks, uws: this.opts.uws.uws, corkInPlace: this.corkInPlace,
       revocations: this.control?.revocations.list() ?? [], nodes: [...(this.nodes?.nodes ?? [])],
     };
@@ -330,6 +337,12 @@ export class Coordinator {
     this.nodeMetrics.retire(shard);
     this.shared.resetSockets(shard);
     this.shared.resetHookCalls(shard);
+    // A thread cut off inside a window check (it cannot throw there) would leave the tables locked.
+    if (this.upgradeWindows !== undefined) {
+      for (const t of [this.upgradeWindows.ip, this.upgradeWindows.tenantConnect]) {
+        if (t?.releaseIfHeldBy(shard) === true) this.log.warn({ shard }, 'released the upgrade-window lock a gone shard held');
+      }
+    }
     // Its sockets are gone: they stop counting toward their users' caps now, not after the holder TTL.
     for (const h of link.holders) this.userSockets.drop(h);
     // Asks still waiting get their fallbacks now, not at their deadlines.

@@ -13,7 +13,7 @@
  * tried while it is), or a settle that failed. The switch is logged once
  * per outage and counted.
  */
-import { type Config, ipWindowKey, LocalLimiter, type WindowHit, type WindowState, type WindowStore } from '@sluice/core';
+import { type Config, ipWindowKey, LocalLimiter, SharedWindowTable, type WindowHit, type WindowState, type WindowStore } from '@sluice/core';
 import { type RedisClient, RedisHealth, RedisWindowStore } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 
@@ -70,7 +70,24 @@ class Window {
 class ExactWindow {
   private queue: { readonly key: string; readonly resolve: (ms: number) => void; readonly reject: (err: unknown) => void }[] = [];
 
-  constructor(private readonly limit: number, private readonly windowMs: number, private readonly owner: SharedLimits) {}
+  constructor(
+    private readonly limit: number,
+    private readonly windowMs: number,
+    private readonly owner: SharedLimits,
+    /** Embedded mode: the node's table in shared memory, which answers on the spot; null in cluster mode. */
+    private readonly table: SharedWindowTable | null,
+  ) {}
+
+  /**
+   * The check answered on the spot from the node's shared table (embedded
+   * mode): 0 when the hit fits, else the ms to wait; undefined when there is
+   * no table (cluster mode) or it has no room for the key: then `check`.
+   */
+  checkNow(key: string, now: number): number | undefined {
+    const st = this.table?.hit(key, 1, this.limit, now);
+    if (st === undefined) return undefined;
+    return st.count <= this.limit ? 0 : Math.max(1, st.retryAfterMs);
+  }
 
   /** Resolves 0 when the hit fits, else the ms to wait. */
   check(key: string): Promise<number> {
@@ -105,6 +122,42 @@ class ExactWindow {
   };
 }
 
+/** Slots of each shared upgrade-window table: keys live in about the last three windows (2.3 MiB a table, paged in as used). */
+export const SHARED_WINDOW_SLOTS = 65_536;
+
+/** The buffers of a node's upgrade windows in shared memory (embedded mode), made by the coordinator and handed to every shard. */
+export interface SharedWindowBuffers {
+  readonly ip: SharedArrayBuffer;
+  /** Null while WS_TENANT_CONNECT_LIMIT is off. */
+  readonly tenantConnect: SharedArrayBuffer | null;
+}
+
+/** The node's upgrade-window tables as one thread sees them. */
+export interface SharedWindows {
+  readonly ip: SharedWindowTable;
+  readonly tenantConnect: SharedWindowTable | null;
+}
+
+/** New zeroed buffers for `cfg`'s upgrade windows. */
+export function sharedWindowBuffers(cfg: Pick<Config, 'tenantConnectLimit'>): SharedWindowBuffers {
+  const bytes = SharedWindowTable.bytes(SHARED_WINDOW_SLOTS);
+  return { ip: new SharedArrayBuffer(bytes), tenantConnect: cfg.tenantConnectLimit === 0 ? null : new SharedArrayBuffer(bytes) };
+}
+
+/**
+ * The tables over `buffers` for thread `holder` (a shard's number; the
+ * coordinator takes MAX_SHARDS). `canWait`: a worker thread may block on a
+ * held lock for a millisecond after spinning; the main thread only spins.
+ */
+export function sharedWindows(cfg: Pick<Config, 'ipWindowMs' | 'tenantConnectWindowMs'>, buffers: SharedWindowBuffers, holder: number,
+  canWait: boolean): SharedWindows {
+  return {
+    ip: new SharedWindowTable(buffers.ip, SHARED_WINDOW_SLOTS, cfg.ipWindowMs, holder, canWait),
+    tenantConnect: buffers.tenantConnect === null ? null
+      : new SharedWindowTable(buffers.tenantConnect, SHARED_WINDOW_SLOTS, cfg.tenantConnectWindowMs, holder, canWait),
+  };
+}
+
 export class SharedLimits {
   private readonly tenant: Window;
   /** WS_USER_MSG_LIMIT: null when off (0). */
@@ -128,11 +181,14 @@ export class SharedLimits {
     private readonly timing: (seconds: number) => void = () => {},
     /** Whether `client` is up: the shard's one signal (the backplane hands in RedisBroker's); made here from `client` when not given. */
     health?: RedisHealth,
+    /** Embedded mode: the node's upgrade windows in shared memory (see SharedWindows), answered on the spot. */
+    windows?: SharedWindows,
   ) {
     this.tenant = new Window(cfg.tenantMsgLimit, cfg.tenantWindowMs, this);
     this.user = cfg.userMsgLimit === 0 ? null : new Window(cfg.userMsgLimit, cfg.userWindowMs, this);
-    this.ip = new ExactWindow(cfg.ipConnectLimit, cfg.ipWindowMs, this);
-    this.tenantConnect = cfg.tenantConnectLimit === 0 ? null : new ExactWindow(cfg.tenantConnectLimit, cfg.tenantConnectWindowMs, this);
+    this.ip = new ExactWindow(cfg.ipConnectLimit, cfg.ipWindowMs, this, windows?.ip ?? null);
+    this.tenantConnect = cfg.tenantConnectLimit === 0 ? null
+      : new ExactWindow(cfg.tenantConnectLimit, cfg.tenantConnectWindowMs, this, windows?.tenantConnect ?? null);
     this.redis = client === undefined ? undefined : new RedisWindowStore(client);
     this.health = client === undefined ? undefined : health ?? new RedisHealth(client);
   }
@@ -173,7 +229,9 @@ export class SharedLimits {
    * to a cold key's small local allowance.
    */
   tenantUpgrade(windowKey: string): Promise<number> {
-    return this.tenantConnect === null ? Promise.resolve(0) : this.tenantConnect.check(windowKey);
+    if (this.tenantConnect === null) return Promise.resolve(0);
+    const now = this.tenantConnect.checkNow(windowKey, Date.now());
+    return now === undefined ? this.tenantConnect.check(windowKey) : Promise.resolve(now);
   }
 
   /**
@@ -186,7 +244,23 @@ export class SharedLimits {
    * of upgrades.
    */
   connect(ip: string): Promise<number> {
-    return this.ip.check(ipWindowKey(ip));
+    const key = ipWindowKey(ip);
+    const now = this.ip.checkNow(key, Date.now());
+    return now === undefined ? this.ip.check(key) : Promise.resolve(now);
+  }
+
+  /**
+   * `connect` answered on the spot (embedded mode, from the node's shared
+   * table): the ms to wait, 0 to go on; undefined when it cannot be (cluster
+   * mode, or no room in the table): then `connect`, which counts it.
+   */
+  connectNow(ip: string): number | undefined {
+    return this.ip.checkNow(ipWindowKey(ip), Date.now());
+  }
+
+  /** Whether the per-tenant upgrade window is off (WS_TENANT_CONNECT_LIMIT=0): `tenantUpgrade` then always answers 0. */
+  get tenantUpgradesOff(): boolean {
+    return this.tenantConnect === null;
   }
 
   /** Redis commands the limits sent (a Redis store counts its own). */

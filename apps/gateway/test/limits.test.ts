@@ -146,3 +146,46 @@ describe('rejections are counted by reason and logged below error', () => {
     assert.equal(gw.logs.filter((l) => l.level === 'error' || l.level === 'fatal').length, 0);
   });
 });
+
+describe('the per-IP upgrade window in embedded mode (the shards\' shared table)', () => {
+  let ipGw: Gateway;
+  before(async () => {
+    ipGw = await startGateway({ WS_IP_CONNECT_LIMIT: '20', WS_IP_WINDOW_MS: '600000' });
+  });
+  after(async () => {
+    assert.equal(await ipGw.stop(), 0);
+  });
+
+  test('40 upgrades at once from one address: exactly 20 accepted over both shards, 20 refused 429 with Retry-After', async () => {
+    const before = {
+      accepted: await metricValue(ipGw, 'sluice_upgrades_total', '{outcome="accepted"}'),
+      refused: await metricValue(ipGw, 'sluice_upgrades_total', '{outcome="ip_rate_limited"}'),
+    };
+    const outcomes = await Promise.all(Array.from({ length: 40 }, () => new Promise<{ status: number; retryAfter?: string; body?: string }>((resolve, reject) => {
+      const ws = new WebSocket(ipGw.url(), ['sluice.v1']);
+      ws.once('open', () => {
+        ws.close();
+        resolve({ status: 101 });
+      });
+      ws.once('unexpected-response', (_req, res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'], body }));
+      });
+      ws.once('error', reject);
+    })));
+    // Each shard counting on its own would let up to 20 in on each.
+    assert.equal(outcomes.filter((o) => o.status === 101).length, 20);
+    const refused = outcomes.filter((o) => o.status !== 101);
+    assert.equal(refused.length, 20);
+    for (const r of refused) {
+      assert.equal(r.status, 429);
+      assert.ok(Number(r.retryAfter) >= 1, `Retry-After ${r.retryAfter}`);
+      const body = JSON.parse(r.body!) as { reason: string; retryAfterMs: number };
+      assert.equal(body.reason, 'ip_rate_limited');
+      assert.ok(body.retryAfterMs > 0);
+    }
+    assert.equal(await metricValue(ipGw, 'sluice_upgrades_total', '{outcome="accepted"}') - before.accepted, 20);
+    assert.equal(await metricValue(ipGw, 'sluice_upgrades_total', '{outcome="ip_rate_limited"}') - before.refused, 20);
+  });
+});

@@ -20,3 +20,4 @@ export * from './control.ts';
 export * from './user-sockets.ts';
 export * from './presence.ts';
 export * from './hooks.ts';
+export * from './shared-windows.ts';

@@ -1,10 +1,11 @@
 /**
  * Admission: one WebSocket upgrade from request to socket or refusal. The
  * request is read once (uWS: every header MUST be read before upgrade()
- * returns), the pure checks run (`checkHandshake`), then the async part:
- * the IP window (one call to the window store) and the token. Whatever is
- * written afterwards goes in one cork. Touches no socket data but the
- * record it makes.
+ * returns), the pure checks run (`checkHandshake`), then the IP window and
+ * the identity: on the spot in embedded mode with WS_AUTH=none (the node's
+ * shared window table), otherwise asynchronously (the window store, the
+ * token, the hook), and whatever is written afterwards goes in one cork.
+ * Touches no socket data but the record it makes.
  */
 import { ANONYMOUS, type ConnectAnswer, parseConnectAnswer, checkHandshake, chooseSubprotocol, clientAddress, type Identity, type OriginRule, parseOriginList,
   type Refusal, retryAfterSeconds, retryHint, type Revocations, tenantConnectWindowKey, userKey } from '@sluice/core';
@@ -121,6 +122,23 @@ export class Admission {
       ip, origin: req.getHeader('origin'), cookie: req.getHeader('cookie'), authorization, token, userAgent: req.getHeader('user-agent'),
     };
     const span = this.ctx.tracing?.upgrade(req.getHeader('traceparent'));
+    // WS_AUTH=none in embedded mode: the IP window is the whole decision, and
+    // the node's shared table answers it on the spot, so the socket is
+    // upgraded inside this handler as a plain uWS server does (no promise, no
+    // abort handler, no cork of a later turn: S5). No room in the table for
+    // this address: the coordinator's store counts it, below.
+    if (this.verifier === null && this.hook === null) {
+      const wait = this.limits.connectNow(ip);
+      if (wait !== undefined) {
+        const outcome = wait !== 0 ? this.refuseIp(res, wait) : this.accept(res, context, key, protocol, extensions, ip, ANONYMOUS, false, true);
+        if (span !== undefined) {
+          span.setAttribute('sluice.outcome', outcome);
+          if (outcome === 'accepted') span.setAttribute('sluice.tenant', ANONYMOUS.tenant);
+          span.end();
+        }
+        return;
+      }
+    }
     // uWS requires an abort handler while the upgrade waits.
     let aborted = false;
     res.onAborted(() => {
@@ -257,13 +275,15 @@ export class Admission {
     return reason;
   }
 
+  /** `inHandler`: called inside uWS's upgrade handler (which corks), not after a wait. */
   private accept(res: HttpResponse, context: us_socket_context_t, key: string, protocol: string, extensions: string, ip: string,
-    who: Identity, claimed: boolean): 'accepted' {
+    who: Identity, claimed: boolean, inHandler = false): 'accepted' {
     const data = newSocketData(this.idPrefix, ++this.seq, who, ip,
       this.ctx.cfg.userMsgLimit > 0 && this.ctx.cfg.auth !== 'none', claimed);
     this.ctx.counters.upgrades.accepted++;
-    // Not res.cork(): see upgradeCorked.
-    upgradeCorked(res, () => res.upgrade({ d: data }, key, protocol, extensions, context));
+    if (inHandler) res.upgrade({ d: data }, key, protocol, extensions, context);
+    // After a wait, not res.cork(): see upgradeCorked.
+    else upgradeCorked(res, () => res.upgrade({ d: data }, key, protocol, extensions, context));
     return 'accepted';
   }
 }

@@ -21,7 +21,7 @@ import { type ShardHooks, shardHooks } from '../hooks.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { type Backplane, createBackplane, storeOf } from '../backplane.ts';
 import type { FromShardControl, ToShardControl } from '../control.ts';
-import type { SharedLimits } from '../shared-limits.ts';
+import { type SharedLimits, sharedWindows } from '../shared-limits.ts';
 import type { ShardBroker } from '../shard-broker.ts';
 import { Flag, SharedState } from '../shared-state.ts';
 import { SlowLane } from '../slow-lane.ts';
@@ -112,6 +112,7 @@ class Shard {
     this.backplane = createBackplane({
       shard: task.shard, config: cfg, log: ctx.log, registry,
       localSettle: (hits, limit, windowMs, now) => this.settles.request((rid) => this.tell({ op: 'settle', rid, hits, limit, windowMs, now })),
+      windows: task.windows === undefined ? undefined : sharedWindows(cfg, task.windows, task.shard, true),
     });
     this.broker = this.backplane.broker;
     this.limits = this.backplane.limits;

@@ -5,6 +5,7 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import type { Config, Revocation } from '@sluice/core';
+import type { SharedWindowBuffers } from '../shared-limits.ts';
 
 export interface ShardTask {
   readonly shard: number;
@@ -13,6 +14,8 @@ export interface ShardTask {
   readonly nodeId: string;
   readonly config: Config;
   readonly shared: SharedArrayBuffer;
+  /** Embedded mode: the node's upgrade windows in shared memory; undefined in cluster mode (Redis counts them). */
+  readonly windows: SharedWindowBuffers | undefined;
   /** To and from the coordinator. */
   readonly control: MessagePort;
   /** One port to every other shard. */

@@ -44,6 +44,11 @@ class Window {
     this.limiter = new LocalLimiter({ limit, windowMs, settleMs: 25, minGapMs: 10 });
   }
 
+  /** Nothing to settle now or later, and no settle in flight: the timer may stop. */
+  get idle(): boolean {
+    return !this.busy && this.limiter.dueAt() === Infinity;
+  }
+
   tick(now: number): void {
     if (this.busy || !this.limiter.due(now)) return;
     const batch = this.limiter.takeBatch(now);
@@ -170,6 +175,7 @@ export class SharedLimits {
   /** The fallback was logged for this outage (cleared by the next settle Redis answers). */
   private redisFailing = false;
   private timer: NodeJS.Timeout | undefined;
+  private started = false;
   readonly stats: LimitStats = { settles: { redis: 0, local: 0 }, settled: { redis: 0, local: 0 }, fallbacks: 0 };
 
   constructor(
@@ -193,19 +199,37 @@ export class SharedLimits {
     this.health = client === undefined ? undefined : health ?? new RedisHealth(client);
   }
 
-  /** Settles due batches every few ms; cheap when nothing is pending. */
+  /**
+   * From now on due batches are settled: every TICK_MS while hits are
+   * pending or a settle is in flight; the timer stops when both windows are
+   * idle and the next publish starts it again (a shard at rest does not wake
+   * 200 times a second for nothing).
+   */
   start(): void {
-    this.timer = setInterval(() => {
-      const now = Date.now();
-      this.tenant.tick(now);
-      this.user?.tick(now);
-    }, TICK_MS);
-    this.timer.unref();
+    this.started = true;
   }
 
   stop(): void {
+    this.started = false;
     if (this.timer !== undefined) clearInterval(this.timer);
+    this.timer = undefined;
   }
+
+  private wake(): void {
+    if (!this.started) return;
+    this.timer = setInterval(this.tick, TICK_MS);
+    this.timer.unref();
+  }
+
+  private readonly tick = (): void => {
+    const now = Date.now();
+    this.tenant.tick(now);
+    this.user?.tick(now);
+    if (this.tenant.idle && (this.user === null || this.user.idle)) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+    }
+  };
 
   /**
    * A publish under a tenant's window key (`tenantWindowKey`, made once per
@@ -213,12 +237,17 @@ export class SharedLimits {
    * else the ms to tell the client to wait.
    */
   publish(windowKey: string, now: number): number {
-    return this.tenant.limiter.hit(windowKey, now);
+    const wait = this.tenant.limiter.hit(windowKey, now);
+    if (this.timer === undefined) this.wake();
+    return wait;
   }
 
   /** A publish under a user's window key (`userWindowKey`, made at the upgrade); 0 while WS_USER_MSG_LIMIT is off. */
   userPublish(windowKey: string, now: number): number {
-    return this.user === null ? 0 : this.user.limiter.hit(windowKey, now);
+    if (this.user === null) return 0;
+    const wait = this.user.limiter.hit(windowKey, now);
+    if (this.timer === undefined) this.wake();
+    return wait;
   }
 
   /**

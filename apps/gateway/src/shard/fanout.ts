@@ -22,6 +22,13 @@ import type { Topics } from './topics.ts';
  */
 const LANE_SWEEP_MS = 10;
 /**
+ * The sweep's period while nothing is delivered: slow-lane sockets still
+ * need their congestion timers checked, but a shard at rest wakes 10 times a
+ * second, not 100 (each wake-up of a uWS thread costs about 30 us of CPU
+ * whatever it does: idle nodes were 4% of a core, issue 20's S8 and S16).
+ */
+const LANE_IDLE_SWEEP_MS = 100;
+/**
  * A sweep looks at a slice of the shard's sockets, not all of them: at most
  * SWEEP_SLICE_MIN sockets, or a SWEEP_PASS_TICKS-th of them if that is more,
  * so that a shard of 50,000 sockets is not walked (one native call each) a
@@ -42,7 +49,8 @@ export class FanOut {
   private readonly released: Delivery[] = [];
   private laneTimer: NodeJS.Timeout | undefined;
   private deliveredSinceSweep = false;
-  private idleSweeps = 0;
+  /** The sweep runs every LANE_IDLE_SWEEP_MS (nothing was delivered in its last tick), not every LANE_SWEEP_MS. */
+  private sweepIdle = false;
   /** Unsent bytes of every socket of this shard, summed by the last whole pass. */
   bufferedBytes = 0;
   /** The pass under way: where it is in `sockets` (a Set's iterator sees deletions and additions), what it summed. */
@@ -63,7 +71,13 @@ export class FanOut {
   }
 
   start(): void {
-    this.laneTimer = setInterval(() => this.sweepLanes(), LANE_SWEEP_MS);
+    this.sweepEvery(LANE_SWEEP_MS);
+  }
+
+  private sweepEvery(ms: number): void {
+    if (this.laneTimer !== undefined) clearInterval(this.laneTimer);
+    this.sweepIdle = ms !== LANE_SWEEP_MS;
+    this.laneTimer = setInterval(() => this.sweepLanes(), ms);
     this.laneTimer.unref();
   }
 
@@ -107,6 +121,7 @@ export class FanOut {
   private fanOut(ev: Delivery): void {
     const now = Date.now();
     this.deliveredSinceSweep = true;
+    if (this.sweepIdle) this.sweepEvery(LANE_SWEEP_MS);
     if (ev.at !== 0) this.metrics.deliveryLag.observe(ev.cls, now > ev.at ? (now - ev.at) / 1000 : 0);
     const tracing = this.ctx.tracing;
     const span = tracing === null ? undefined : tracing.fanOut(ev, this.app.numSubscribers(ev.topic));
@@ -131,12 +146,11 @@ export class FanOut {
    */
   private sweepLanes(): void {
     const now = Date.now();
-    // While events flow, every tick; when nothing was delivered, every tenth
-    // (slow-lane sockets still need their congestion timers checked). Each
-    // tick takes the next slice of the pass (SWEEP_SLICE_MIN).
-    if (!this.deliveredSinceSweep && ++this.idleSweeps < 10) return;
+    // While events flow, every LANE_SWEEP_MS; after a tick with nothing
+    // delivered, every LANE_IDLE_SWEEP_MS until the next delivery. Each tick
+    // takes the next slice of the pass (SWEEP_SLICE_MIN).
+    if (!this.deliveredSinceSweep && !this.sweepIdle) this.sweepEvery(LANE_IDLE_SWEEP_MS);
     this.deliveredSinceSweep = false;
-    this.idleSweeps = 0;
     const n = this.sockets.size;
     // One more than the slice: a shard of exactly the slice's size ends its pass in the same tick.
     let left = Math.max(SWEEP_SLICE_MIN, Math.ceil(n / SWEEP_PASS_TICKS)) + 1;

@@ -84,8 +84,13 @@ export class Inspector {
     return text;
   }
 
-  /** Starts V8's sampling profiler in every worker (`intervalUs` between samples). */
-  async startProfiles(intervalUs = 100): Promise<void> {
+  /** Starts V8's sampling profiler in every worker (`intervalUs` between samples), and in the main thread too with `main`. */
+  async startProfiles(intervalUs = 100, main = false): Promise<void> {
+    if (main) {
+      await this.call('Profiler.enable');
+      await this.call('Profiler.setSamplingInterval', { interval: intervalUs });
+      await this.call('Profiler.start');
+    }
     for (const s of this.workers) {
       await this.callWorker(s, 'Profiler.enable');
       await this.callWorker(s, 'Profiler.setSamplingInterval', { interval: intervalUs });
@@ -93,10 +98,11 @@ export class Inspector {
     }
   }
 
-  /** Stops the profilers of startProfiles: one profile (`.cpuprofile` JSON) per worker, in the order of `workers`. */
-  async stopProfiles(): Promise<CpuProfile[]> {
+  /** Stops the profilers of startProfiles: one profile (`.cpuprofile` JSON) per worker, in the order of `workers`, then the main thread's with `main`. */
+  async stopProfiles(main = false): Promise<CpuProfile[]> {
     const out: CpuProfile[] = [];
     for (const s of this.workers) out.push((await this.callWorker(s, 'Profiler.stop') as { profile: CpuProfile }).profile);
+    if (main) out.push((await this.call('Profiler.stop') as { profile: CpuProfile }).profile);
     return out;
   }
 

@@ -16,6 +16,10 @@ export interface Goal {
   scenario: ScenarioId;
   /** Only the variants it matches (S4: idle, and joined to two topics); every variant when absent. */
   variant?: RegExp;
+  /** Only this Sluice target (issue 20's S1: one goal with 2 workers, another with 1); both when absent. */
+  sluice?: 'sluice' | 'sluice-w1';
+  /** For absolute goals: a median `extras` field of the row instead of `field` (S8: per gateway-CPU-s against 1 node). */
+  extra?: string;
   /** Against which peer; null for an absolute goal. */
   peer: TargetName | null;
   /** 'min': ratio (or value) must be at least `value`; 'max': at most. */
@@ -27,17 +31,21 @@ export interface Goal {
     | 'revokeLastCloseMs' | 'limitsVsPlain' | 'presenceGoneOfTtl';
 }
 
-/** The goals of issue 3, per server-CPU-second and measured in the same run. */
+/**
+ * The goals, per server-CPU-second and measured in the same run: issue 3's
+ * (S3, S6, S7) and issue 20's, which replaced issue 3's S1 and S5 goals
+ * (0.6x raw uWS; 3x ws and 5x Socket.IO, which asked for more than raw uWS
+ * itself does against them at 1 KB: results.md "S1: what remains").
+ */
 export const GOALS: readonly Goal[] = [
-  { scenario: 'S1', peer: 'uws', kind: 'min', value: 0.6, text: 'S1 msgs/server-CPU-s >= 0.6x raw uWS' },
-  { scenario: 'S1', peer: 'ws', kind: 'min', value: 3, text: 'S1 msgs/server-CPU-s >= 3x ws' },
-  { scenario: 'S1', peer: 'sio', kind: 'min', value: 5, text: 'S1 msgs/server-CPU-s >= 5x Socket.IO' },
+  { scenario: 'S1', sluice: 'sluice-w1', peer: 'uws', kind: 'min', value: 0.8, text: 'S1 msgs/server-CPU-s >= 0.8x raw uWS (1 worker)' },
+  { scenario: 'S1', sluice: 'sluice', peer: 'uws', kind: 'min', value: 0.75, text: 'S1 msgs/server-CPU-s >= 0.75x raw uWS (2 workers)' },
   { scenario: 'S3', peer: 'uws', kind: 'min', value: 0.7, text: 'S3 deliveries/server-CPU-s >= 0.7x raw uWS' },
   { scenario: 'S3', peer: 'ws', kind: 'min', value: 5, text: 'S3 deliveries/server-CPU-s >= 5x ws' },
   // Issue 20: an idle socket in at most 1 KiB, one joined to two topics in at most 1.5 KiB (RSS, WS_WORKERS=2).
   { scenario: 'S4', variant: /idle$/, peer: null, kind: 'max', value: 1024, field: 'rssPerSocketBytes', text: 'S4 RSS per idle socket <= 1 KiB' },
   { scenario: 'S4', variant: /topics$/, peer: null, kind: 'max', value: 1536, field: 'rssPerSocketBytes', text: 'S4 RSS per socket joined to two topics <= 1.5 KiB' },
-  { scenario: 'S5', peer: 'uws', kind: 'max', value: 2.5, text: 'S5 server CPU per upgrade <= 2.5x raw uWS' },
+  { scenario: 'S5', peer: 'uws', kind: 'max', value: 2, text: 'S5 server CPU per upgrade <= 2x raw uWS' },
   { scenario: 'S5', peer: null, kind: 'max', value: 50, field: 'stallMaxMs', text: 'S5 longest event-loop stall <= 50 ms' },
   // Issue 4 (S6, slow consumers), absolute: RSS under idle RSS + 1.5 MiB per stalled socket for the whole run, flat
   // after the first seconds (read here as: least-squares slope over the run's second half <= 1 MiB/s), and the
@@ -48,6 +56,8 @@ export const GOALS: readonly Goal[] = [
   // The drain issue (docs/operations.md "Deploys and the drain") asks for WS_DRAIN_RATE closes per second for the
   // whole node; read here as: closes per whole second within +-20% of the rate in >= 90% of the seconds after the delay.
   { scenario: 'S7', peer: null, kind: 'min', value: 0.9, field: 'drainSecondsWithin', text: 'S7 closes/s within +-20% of WS_DRAIN_RATE in >= 90% of the seconds after the delay' },
+  // Issue 20: cross-node fan-out delivers at least 0.9x of the embedded single node's deliveries per gateway CPU-second.
+  { scenario: 'S8', variant: /^2 nodes/, peer: null, kind: 'min', value: 0.9, extra: 'perServerCpuVsOneNode', text: 'S8 2 nodes on Redis: deliveries/gateway-CPU-s >= 0.9x one node' },
   // Issue 9: /metrics renders in under 50 ms with 10k sockets connected (a figure, not a CI gate); read here as the p99 of the
   // sequential scrapes of S10's run with 10k sockets and traffic (the only S10 variant that sets the field).
   { scenario: 'S10', peer: null, kind: 'max', value: 50, field: 'renderP99Ms', text: 'S10 /metrics render p99 with 10k sockets (and traffic) <= 50 ms' },
@@ -144,6 +154,7 @@ export function checkGoals(rowsList: readonly Row[], ratiosList: readonly Ratio[
   for (const sluice of ['sluice', 'sluice-w1'] as const) {
     if (!samples.some((s) => s.target === sluice)) continue;
     for (const goal of GOALS) {
+      if (goal.sluice !== undefined && goal.sluice !== sluice) continue;
       let measured: number;
       if (goal.peer !== null) {
         const rs = ratiosList.filter((r) => r.scenario === goal.scenario && r.sluice === sluice && r.peer === goal.peer && (goal.variant?.test(r.variant) ?? true));
@@ -154,7 +165,7 @@ export function checkGoals(rowsList: readonly Row[], ratiosList: readonly Ratio[
       } else {
         const rw = rowsList.filter((r) => r.scenario === goal.scenario && r.target === sluice && (goal.variant?.test(r.variant) ?? true));
         if (rw.length === 0) continue;
-        measured = median(rw.map((r) => r[goal.field!]));
+        measured = median(rw.map((r) => (goal.extra !== undefined ? r.extras[goal.extra] ?? NaN : r[goal.field!])));
       }
       const met = Number.isFinite(measured) ? (goal.kind === 'min' ? measured >= goal.value : measured <= goal.value) : null;
       out.push({ goal, sluice, measured, met });

@@ -433,7 +433,8 @@ export function ratiosTable(ratiosList: readonly Ratio[]): string {
       const r = ratiosList.find((x) => x.scenario === scenario && x.variant === variant && x.sluice === sluice && x.peer === p);
       return r === undefined ? '-' : fmtRatio(r.value);
     });
-    const goals = GOALS.filter((g) => g.scenario === scenario && g.peer !== null).map((g) => `${g.kind === 'min' ? '>=' : '<='} ${g.value}x ${PEER_LABEL[g.peer!]}`);
+    const goals = GOALS.filter((g) => g.scenario === scenario && g.peer !== null && (g.sluice === undefined || g.sluice === sluice))
+      .map((g) => `${g.kind === 'min' ? '>=' : '<='} ${g.value}x ${PEER_LABEL[g.peer!]}`);
     return [`${scenario} ${variant}`, PEER_LABEL[sluice], head.label, head.higherIsBetter ? 'higher' : 'lower', ...cells, goals.join(', ') || '-'];
   });
   return table(['scenario', 'Sluice build', 'metric', 'better', 'Sluice/raw uWS', 'Sluice/ws', 'Sluice/Socket.IO', 'goal'], body);
@@ -511,7 +512,7 @@ export function renderSvg(rec: RunRecord, sluice: TargetName = 'sluice'): string
   rs.forEach((r, i) => {
     const y = top + i * rowH;
     const adv = r.higherIsBetter ? r.value : 1 / r.value;
-    const goal = GOALS.find((g) => g.scenario === r.scenario && g.peer === r.peer);
+    const goal = GOALS.find((g) => g.scenario === r.scenario && g.peer === r.peer && (g.sluice === undefined || g.sluice === sluice));
     const goalAdv = goal === undefined ? undefined : r.higherIsBetter ? goal.value : 1 / goal.value;
     const met = goalAdv === undefined ? adv >= 1 : adv >= goalAdv;
     out.push(`<text x="${left - 8}" y="${y + 15}" text-anchor="end">${esc(`${r.scenario} ${r.variant} vs ${PEER_LABEL[r.peer]}`)}</text>`);

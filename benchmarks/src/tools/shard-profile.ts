@@ -9,6 +9,7 @@
 //   node --import tsx benchmarks/src/tools/shard-profile.ts s5 [--sockets 15000] [--rounds 2]
 //   WS_WORKERS=1 node --import tsx benchmarks/src/tools/shard-profile.ts s1 [--from-source]
 //   node --import tsx benchmarks/src/tools/shard-profile.ts s1 --alloc   # bytes allocated per function instead (sampled)
+//   node --import tsx benchmarks/src/tools/shard-profile.ts idle [--sockets 0] [--seconds 10]   # a node at rest, its coordinator too
 //
 // Not part of `pnpm bench`: the profiler costs CPU itself, so shares are the
 // figures to read, not rates.
@@ -32,7 +33,9 @@ const { positionals, values } = parseArgs({
   },
 });
 const load = positionals[0];
-if (load !== 's1' && load !== 's5') throw new Error('usage: shard-profile.ts s1|s5 [options] (see the head of this file)');
+if (load !== 's1' && load !== 's5' && load !== 'idle') throw new Error('usage: shard-profile.ts s1|s5|idle [options] (see the head of this file)');
+/** Idle: the coordinator is profiled too (what a node costs with nothing to do). */
+const withMain = load === 'idle';
 const workers = Number(process.env.WS_WORKERS ?? 2);
 const top = Number(values.top);
 
@@ -65,10 +68,18 @@ async function main(): Promise<void> {
   };
   try {
     let what: string;
-    // Warm-up, as S1 and S5 have: JIT and pools, before the profile.
-    await pool.procs[0]!.call({ op: 'connect', target, count: 300, idBase: 0, sources: SOURCES, concurrency: 250, timeoutMs: 20_000 }, 30_000);
-    if (load === 's1') {
-      const ready = await connect(sockets - 300, 100) + 300;
+    // Warm-up upgrades, as S5 has (JIT, pools), before the profile; S1 warms up on its own sockets' publishes.
+    if (load !== 's1') {
+      await pool.procs[0]!.call({ op: 'connect', target, count: 300, idBase: 0, sources: SOURCES, concurrency: 250, timeoutMs: 20_000 }, 30_000);
+    }
+    if (load === 'idle') {
+      const ready = values.sockets === undefined ? 300 : await connect(sockets, 250) + 300;
+      await new Promise((r) => setTimeout(r, 2000));
+      await insp.startProfiles(100, true);
+      await new Promise((r) => setTimeout(r, Number(values.seconds) * 1000));
+      what = `idle: ${ready} sockets open, no traffic, ${values.seconds} s`;
+    } else if (load === 's1') {
+      const ready = await connect(sockets, 100);
       const ownShard = values.owned ? workers : 0;
       const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000, ownShard }));
       await pool.all(() => ({ op: 'pump', depth: 16, size: Number(values.size), ephemeral: false }));
@@ -99,7 +110,7 @@ async function main(): Promise<void> {
       });
       return;
     }
-    const profiles = await insp.stopProfiles();
+    const profiles = await insp.stopProfiles(withMain);
     const dir = join(BENCH_ROOT, 'runs');
     mkdirSync(dir, { recursive: true });
     const stamp = new Date().toISOString().replace(/[:.]/g, '-');
@@ -111,7 +122,8 @@ async function main(): Promise<void> {
       const idle = rows.find((r) => r.fn.startsWith('(idle)'))?.self ?? 0;
       const busy = total - idle;
       const pct = (n: number): string => `${((100 * n) / busy).toFixed(1).padStart(5)}%`;
-      console.log(`\nshard thread ${i}: ${total} samples, ${busy} busy (${((100 * busy) / total).toFixed(0)}%); ${file}`);
+      const thread = withMain && i === profiles.length - 1 ? 'coordinator (main thread)' : `shard thread ${i}`;
+      console.log(`\n${thread}: ${total} samples, ${busy} busy (${((100 * busy) / total).toFixed(1)}% of a core); ${file}`);
       console.log('  self   incl  function (shares of the busy samples)');
       const shown = new Set<string>();
       for (const r of [...rows].filter((x) => !x.fn.startsWith('(idle)')).sort((a, b) => b.self - a.self).slice(0, top)) {

@@ -29,7 +29,7 @@ import { loadavg } from 'node:os';
 import type { ConnectResult, JoinResult, MarkResult, StopResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
 import { machineBusySeconds } from '../lib/proc.ts';
-import { metricByLabel, metricSum, metricTypes, parseMetrics } from '@sluice/gateway/testing';
+import { metricByLabel, metricSum, metricTypes, parseMetrics, TEST_ADMIN_TOKEN } from '@sluice/gateway/testing';
 import { maxOf, percentile } from '../lib/series.ts';
 import { configSchema } from '@sluice/core';
 import type { ServerProc, TargetSpec } from '../lib/server.ts';
@@ -175,7 +175,10 @@ function get(agent: Agent, port: number, path: string, body?: string): Promise<S
     let ttfb = NaN;
     const req = request({
       host: '127.0.0.1', port, path, agent, method: body === undefined ? 'GET' : 'POST',
-      headers: body === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      // The admin publish API needs the kit's admin token, as a deployment's needs its own; /metrics needs none.
+      headers: body === undefined ? {} : {
+        'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: `Bearer ${TEST_ADMIN_TOKEN}`,
+      },
       timeout: 10_000,
     }, (res) => {
       ttfb = performance.now() - t0;

@@ -6,6 +6,30 @@
 
 import { once } from 'node:events';
 import WebSocket from 'ws';
+import { type Gateway, startGateway } from '@sluice/gateway/testing';
+
+/**
+ * Starts the gateway (`entry`: its build or its sources, run in apps/gateway)
+ * with the inspector on a free port and the S4 environment (per-socket
+ * window lifted), and connects to it and to each of its `workers` shards.
+ */
+export async function startInspected(workers: number, entry: readonly string[]): Promise<{ gw: Gateway; insp: Inspector }> {
+  let url: string | undefined;
+  let gotUrl: () => void = () => {};
+  const urlSeen = new Promise<void>((r) => { gotUrl = r; });
+  const gw = await startGateway({ WS_WORKERS: String(workers), WS_MAX_MESSAGES: '1000000' }, {
+    raiseFileLimit: true, timeoutMs: 60_000,
+    command: [process.execPath, '--inspect=127.0.0.1:0', ...entry],
+    onStderr: (line) => {
+      const m = /ws:\/\/\S+/.exec(line);
+      if (m !== null && url === undefined) { url = m[0]; gotUrl(); }
+    },
+  });
+  await urlSeen;
+  const insp = await Inspector.open(url!);
+  for (let i = 0; i < 50 && insp.workers.length < workers; i++) await new Promise((r) => setTimeout(r, 100));
+  return { gw, insp };
+}
 
 interface Pending { resolve: (v: unknown) => void; reject: (e: Error) => void }
 

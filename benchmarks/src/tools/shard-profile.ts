@@ -17,11 +17,10 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { startGateway } from '@sluice/gateway/testing';
 import type { ConnectResult, JoinResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
 import { SOURCES } from '../scenarios/connect.ts';
-import { Inspector, profileShares } from '../lib/inspector.ts';
+import { profileShares, startInspected } from '../lib/inspector.ts';
 import { BENCH_ROOT } from '../lib/spawn.ts';
 
 const { positionals, values } = parseArgs({
@@ -40,21 +39,8 @@ const workers = Number(process.env.WS_WORKERS ?? 2);
 const top = Number(values.top);
 
 async function main(): Promise<void> {
-  let url: string | undefined;
-  let gotUrl: () => void = () => {};
-  const urlSeen = new Promise<void>((r) => { gotUrl = r; });
   const entry = values['from-source'] ? ['--import', 'tsx', 'src/main.ts'] : ['dist/main.js'];
-  const gw = await startGateway({ WS_WORKERS: String(workers), WS_MAX_MESSAGES: '1000000' }, {
-    raiseFileLimit: true, timeoutMs: 60_000,
-    command: [process.execPath, '--inspect=127.0.0.1:0', ...entry],
-    onStderr: (line) => {
-      const m = /ws:\/\/\S+/.exec(line);
-      if (m !== null && url === undefined) { url = m[0]; gotUrl(); }
-    },
-  });
-  await urlSeen;
-  const insp = await Inspector.open(url!);
-  for (let i = 0; i < 50 && insp.workers.length < workers; i++) await new Promise((r) => setTimeout(r, 100));
+  const { gw, insp } = await startInspected(workers, entry);
   const sockets = Number(values.sockets ?? (load === 's1' ? 100 : 15_000));
   const pool = await LoadPool.start(load === 's1' ? 1 : 2, 30 * 60_000);
   const target = { host: '127.0.0.1', port: gw.port, proto: 'sluice' as const };

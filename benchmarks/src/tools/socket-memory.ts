@@ -9,8 +9,7 @@
 // Not part of `pnpm bench`: a tool for reading where the bytes go.
 
 import { readFileSync } from 'node:fs';
-import { startGateway } from '@sluice/gateway/testing';
-import { Inspector } from '../lib/inspector.ts';
+import { startInspected } from '../lib/inspector.ts';
 import type { ConnectResult, JoinResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
 import { SOURCES } from '../scenarios/connect.ts';
@@ -49,20 +48,7 @@ function rss(pid: number): { rss: number; anon: number } {
 }
 
 async function main(): Promise<void> {
-  let url: string | undefined;
-  let gotUrl: () => void = () => {};
-  const urlSeen = new Promise<void>((r) => { gotUrl = r; });
-  const gw = await startGateway({ WS_WORKERS: String(workers), WS_MAX_MESSAGES: '1000000' }, {
-    raiseFileLimit: true, timeoutMs: 60_000,
-    command: [process.execPath, '--inspect=127.0.0.1:0', '--import', 'tsx', 'src/main.ts'],
-    onStderr: (line) => {
-      const m = /ws:\/\/\S+/.exec(line);
-      if (m !== null && url === undefined) { url = m[0]; gotUrl(); }
-    },
-  });
-  await urlSeen;
-  const insp = await Inspector.open(url!);
-  for (let i = 0; i < 50 && insp.workers.length < workers; i++) await new Promise((r) => setTimeout(r, 100));
+  const { gw, insp } = await startInspected(workers, ['--import', 'tsx', 'src/main.ts']);
   const pool = await LoadPool.start(Math.max(2, Math.ceil(sockets / 15_000)), 30 * 60_000);
   try {
     const target = { host: '127.0.0.1', port: gw.port, proto: 'sluice' as const };

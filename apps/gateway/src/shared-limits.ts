@@ -127,7 +127,7 @@ class ExactWindow {
   };
 }
 
-/** Slots of each shared upgrade-window table: keys live in about the last three windows (2.3 MiB a table, paged in as used). */
+/** Slots of each shared upgrade-window table: keys live in about the last three windows (1.8 MiB a table, paged in as used). */
 export const SHARED_WINDOW_SLOTS = 65_536;
 
 /** The buffers of a node's upgrade windows in shared memory (embedded mode), made by the coordinator and handed to every shard. */

@@ -11,13 +11,14 @@ import { type Gateway, startGateway } from '@sluice/gateway/testing';
 /**
  * Starts the gateway (`entry`: its build or its sources, run in apps/gateway)
  * with the inspector on a free port and the S4 environment (per-socket
- * window lifted), and connects to it and to each of its `workers` shards.
+ * window lifted) under `env`, and connects to it and to each of its
+ * `workers` shards.
  */
-export async function startInspected(workers: number, entry: readonly string[]): Promise<{ gw: Gateway; insp: Inspector }> {
+export async function startInspected(workers: number, entry: readonly string[], env: Record<string, string> = {}): Promise<{ gw: Gateway; insp: Inspector }> {
   let url: string | undefined;
   let gotUrl: () => void = () => {};
   const urlSeen = new Promise<void>((r) => { gotUrl = r; });
-  const gw = await startGateway({ WS_WORKERS: String(workers), WS_MAX_MESSAGES: '1000000' }, {
+  const gw = await startGateway({ WS_WORKERS: String(workers), WS_MAX_MESSAGES: '1000000', ...env }, {
     raiseFileLimit: true, timeoutMs: 60_000,
     command: [process.execPath, '--inspect=127.0.0.1:0', ...entry],
     onStderr: (line) => {

@@ -10,6 +10,7 @@
 //   WS_WORKERS=1 node --import tsx benchmarks/src/tools/shard-profile.ts s1 [--from-source]
 //   node --import tsx benchmarks/src/tools/shard-profile.ts s1 --alloc   # bytes allocated per function instead (sampled)
 //   node --import tsx benchmarks/src/tools/shard-profile.ts idle [--sockets 0] [--seconds 10]   # a node at rest, its coordinator too
+//   node --import tsx benchmarks/src/tools/shard-profile.ts s1 --redis   # cluster mode on a private redis-server
 //
 // Not part of `pnpm bench`: the profiler costs CPU itself, so shares are the
 // figures to read, not rates.
@@ -21,6 +22,7 @@ import type { ConnectResult, JoinResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
 import { SOURCES } from '../scenarios/connect.ts';
 import { profileShares, startInspected } from '../lib/inspector.ts';
+import { startRedis } from '@sluice/redis/testing';
 import { BENCH_ROOT } from '../lib/spawn.ts';
 
 const { positionals, values } = parseArgs({
@@ -28,7 +30,7 @@ const { positionals, values } = parseArgs({
   options: {
     seconds: { type: 'string', default: '5' }, size: { type: 'string', default: '32' }, owned: { type: 'boolean', default: false },
     sockets: { type: 'string' }, rounds: { type: 'string', default: '2' }, top: { type: 'string', default: '30' },
-    'from-source': { type: 'boolean', default: false }, alloc: { type: 'boolean', default: false },
+    'from-source': { type: 'boolean', default: false }, alloc: { type: 'boolean', default: false }, redis: { type: 'boolean', default: false },
   },
 });
 const load = positionals[0];
@@ -40,7 +42,9 @@ const top = Number(values.top);
 
 async function main(): Promise<void> {
   const entry = values['from-source'] ? ['--import', 'tsx', 'src/main.ts'] : ['dist/main.js'];
-  const { gw, insp } = await startInspected(workers, entry);
+  // --redis: cluster mode on a private redis-server, so that S1 shows what a durable publish costs there (S8's per-event share).
+  const redis = values.redis ? await startRedis() : undefined;
+  const { gw, insp } = await startInspected(workers, entry, redis === undefined ? {} : { REDIS_URL: redis.url });
   const sockets = Number(values.sockets ?? (load === 's1' ? 100 : 15_000));
   const pool = await LoadPool.start(load === 's1' ? 1 : 2, 30 * 60_000);
   const target = { host: '127.0.0.1', port: gw.port, proto: 'sluice' as const };
@@ -100,7 +104,8 @@ async function main(): Promise<void> {
     const dir = join(BENCH_ROOT, 'runs');
     mkdirSync(dir, { recursive: true });
     const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-    console.log(`${what}; gateway ${values['from-source'] ? 'from source (tsx)' : 'build (dist/main.js)'}, WS_WORKERS=${workers}, Node ${process.version}`);
+    console.log(`${what}; gateway ${values['from-source'] ? 'from source (tsx)' : 'build (dist/main.js)'}, WS_WORKERS=${workers}, ` +
+      `${redis === undefined ? 'embedded' : 'cluster mode on one redis-server'}, Node ${process.version}`);
     profiles.forEach((p, i) => {
       const file = join(dir, `${stamp}-profile-${load}-shard${i}.cpuprofile`);
       writeFileSync(file, JSON.stringify(p));
@@ -125,6 +130,7 @@ async function main(): Promise<void> {
     insp.close();
     await pool.close();
     await gw.stop('SIGKILL');
+    await redis?.stop();
   }
 }
 

@@ -6,7 +6,12 @@ import { MemoryWindowStore, SharedWindowTable } from '../src/index.ts';
 
 const T0 = 1_796_000_000_000;
 
-test('every answer is the memory store\'s, for any keys, hits and clock (steps back included)', () => {
+// The clock may step back by up to one window behind the latest time seen
+// (shards' clocks differ a little), as MemoryWindowStore's contract says.
+// Further back, the memory store's answer depends on when its sweep last
+// ran (a key it dropped starts afresh; the table may still hold it), which
+// neither store promises anything about.
+test('every answer is the memory store\'s, for any keys, hits and clock (steps back of up to a window included)', () => {
   fc.assert(fc.property(
     fc.integer({ min: 1, max: 60_000 }),
     fc.integer({ min: 0, max: 20 }),
@@ -16,15 +21,17 @@ test('every answer is the memory store\'s, for any keys, hits and clock (steps b
       const table = new SharedWindowTable(new SharedArrayBuffer(SharedWindowTable.bytes(256)), 256, windowMs, 0);
       const store = new MemoryWindowStore();
       let now = T0;
+      let latest = T0;
       for (const s of steps) {
-        now = Math.max(0, now + s.dt);
+        now = Math.max(latest - windowMs, now + s.dt);
+        latest = Math.max(latest, now);
         const key = `ip:10.0.0.${s.key}`;
         const mine = table.hit(key, s.hits, limit, now);
         const [theirs] = store.settleNow([{ key, hits: s.hits }], limit, windowMs, now);
         assert.deepEqual(mine, theirs);
       }
     },
-  ), { numRuns: 300 });
+  ), { numRuns: 1000 });
 });
 
 test('a full table answers undefined and counts nothing; expired slots are taken again', () => {

@@ -4,6 +4,7 @@ import {
   Kind, S_BASE, T_BASE, classify, dataJson, eventDataPos, eventS, eventT, joinFrame, patchDigits, publishTemplate, replyRef,
 } from '../src/lib/codec.ts';
 import { decodeFrame as unmaskClientFrame } from '@sluice/gateway/testing';
+import { shardOfWelcome } from '../src/lib/conn.ts';
 
 const kindOf = (proto: 'sluice' | 'sio', text: string): number => {
   const b = Buffer.from(text);
@@ -87,4 +88,15 @@ test('refs, ack ids and event stamps are read back', () => {
 test('join frames are valid for both protocols', () => {
   assert.deepEqual(JSON.parse(unmaskClientFrame(joinFrame('sluice', 'room:1')).payload.toString()), { type: 'join', ref: 'j', topic: 'room:1' });
   assert.equal(unmaskClientFrame(joinFrame('sio', 'room:1')).payload.toString(), '421["join",{"topic":"room:1"}]');
+});
+
+test('shardOfWelcome reads the shard of a welcome\'s connectionId; -1 when there is none', () => {
+  const at = (text: string): number => {
+    const b = Buffer.from(`xx${text}yy`);
+    return shardOfWelcome(b, 2, b.length - 2);
+  };
+  assert.equal(at('{"type":"welcome","connectionId":"9f2c41d0.1.0.1","heartbeatMs":25000}'), 1);
+  assert.equal(at('{"type":"welcome","connectionId":"9f2c41d0.12.3.a","heartbeatMs":25000}'), 12);
+  assert.equal(at('{"type":"welcome","heartbeatMs":25000}'), -1);
+  assert.equal(at('{"type":"welcome","connectionId":"9f2c41d0"}'), -1);
 });

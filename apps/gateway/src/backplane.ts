@@ -2,8 +2,8 @@
  * What stands behind a shard, made in one place: its broker, its limits
  * (with their window store) and when it may start listening. Embedded mode
  * (no REDIS_URL): the mesh of shards, the node's memory window store in the
- * coordinator and its upgrade windows in shared memory, ready at once. Cluster mode: RedisBroker over the mesh, the
- * Redis window store with the memory one as its fallback, one RedisHealth
+ * coordinator and its upgrade windows in shared memory, ready at once.
+ * Cluster mode: RedisBroker over the mesh, the Redis window store with the memory one as its fallback, one RedisHealth
  * for both, a histogram of Redis command times, ready once Redis answers
  * (or after a short wait, degraded as in an outage). No other part of the
  * shard needs to know which broker it has.

@@ -82,6 +82,8 @@ export class FanOut {
   }
 
   stop(): void {
+    // A delivery after the stop must not start the sweep again (fanOut does so when it finds the sweep idle).
+    this.sweepIdle = false;
     if (this.laneTimer !== undefined) clearInterval(this.laneTimer);
     if (this.coalesceTimer !== undefined) clearTimeout(this.coalesceTimer);
   }

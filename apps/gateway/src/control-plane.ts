@@ -19,7 +19,7 @@
  */
 import { type ControlCommand, controlReplyChannel, decodeRevocation, isControlCommand, encodeRevocation, type Config, CONTROL_CHANNEL,
   type Revocation, Revocations, REVOCATIONS_KEY } from '@sluice/core';
-import { createRedisClient, type RedisClient } from '@sluice/redis';
+import { createRedisClient, type RedisClient, redisTarget } from '@sluice/redis';
 import { TOPIC_PATTERN } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
 import { type ControlResult, MAX_USER_TARGETS, type UsersResult } from './admin.ts';
@@ -97,7 +97,7 @@ export class ControlPlane {
   start(): void {
     this.pruneTimer = setInterval(() => this.revocations.prune(Date.now()), PRUNE_MS).unref();
     if (this.redis === undefined) return;
-    const sub = (this.sub = createRedisClient({ url: this.cfg.redisUrl!, cluster: this.cfg.redisCluster }, 'subscriber', 'control'));
+    const sub = (this.sub = createRedisClient(redisTarget(this.cfg), 'subscriber', 'control'));
     sub.on('error', () => {
       // The command connection's RedisWatch reports outages; this one follows it.
     });

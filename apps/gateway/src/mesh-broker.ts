@@ -81,6 +81,7 @@ export class MeshBroker implements ShardBroker {
       },
       redisCommands: 0,
       redisErrors: 0,
+      replicaAckFailures: 0,
     };
     this.idempotency = new MemoryIdempotency(config.idempotencyTtlMs);
     // The local link: what the hub sends to this shard is handled at once.

@@ -22,7 +22,7 @@
  * again. A write that failed makes the next one full.
  */
 import { type Config, presenceChannel, presenceKey } from '@sluice/core';
-import { createRedisClient, nodeOptions, type RedisClient, RedisHealth, ShardedSubscriptions } from '@sluice/redis';
+import { createRedisClient, nodeOptions, type RedisClient, RedisHealth, redisTarget, ShardedSubscriptions } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 import { isShard, type PresenceHub } from './presence-hub.ts';
 
@@ -104,7 +104,7 @@ export class PresenceCluster {
     live: readonly string[],
   ) {
     this.live = new Set(live);
-    const target = { url: cfg.redisUrl!, cluster: cfg.redisCluster };
+    const target = redisTarget(cfg);
     this.cmd = createRedisClient(target, 'command', `shard${shard}-presence`);
     this.cmd.on('error', () => {});
     this.cmdHealth = new RedisHealth(this.cmd);

@@ -8,7 +8,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { Queue } from 'bullmq';
 import type { Config } from '@sluice/core';
-import { createRedisClient } from '@sluice/redis';
+import { createRedisClient, redisTarget } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 
 /** Every queue key shares one hash slot: BullMQ's scripts touch several keys of a queue at once (Redis Cluster). */
@@ -47,10 +47,10 @@ export class PushQueue {
   private readonly connection: ReturnType<typeof createRedisClient>;
   readonly counts = { queued: 0, collapsed: 0, errors: 0 };
 
-  constructor(cfg: Pick<Config, 'redisUrl' | 'redisCluster' | 'pushQueue'>, private readonly log: Logger) {
+  constructor(cfg: Pick<Config, 'redisUrl' | 'redisCluster' | 'redisSentinels' | 'redisSentinelName' | 'redisSentinelPassword' | 'pushQueue'>, private readonly log: Logger) {
     // The connection fails fast (no offline queue, no retries): a publish
     // with `push` while Redis is away is answered 503 at once, not held.
-    const connection = this.connection = createRedisClient({ url: cfg.redisUrl!, cluster: cfg.redisCluster }, 'command', 'push');
+    const connection = this.connection = createRedisClient(redisTarget(cfg), 'command', 'push');
     connection.on('error', () => {});
     this.queue = new Queue(cfg.pushQueue, { connection, prefix: PUSH_PREFIX });
     this.queue.on('error', (err) => this.log.debug({ err }, 'push queue: redis error'));

@@ -3,7 +3,10 @@ import {
   BrokerUnavailable, type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, ReplaySplice, SpliceEmit, topicKey,
 } from '@sluice/core';
 import { encodeEventFrame, EventClass, eventIdMs, parseEventId } from '@sluice/protocol';
-import { type BusMessage, createRedisClient, nodeOptions, RedisBus, type RedisClient, RedisHealth, ShardedSubscriptions } from '@sluice/redis';
+import {
+  type BusMessage, COMMAND_TIMEOUT_MS, createRedisClient, type DurableWriter, nodeOptions, RedisBus, type RedisClient, RedisHealth, redisTarget,
+  ReplicaAckFailed, ReplicaAcks, ShardedSubscriptions,
+} from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
 import type { MeshBroker } from './mesh-broker.ts';
 import type { BrokerStats, ShardBroker } from './shard-broker.ts';
@@ -40,6 +43,8 @@ export class RedisBroker implements ShardBroker {
   /** Standalone: the subscriber connection. Cluster: one connection per master that holds a subscribed channel. */
   private readonly sub: RedisClient | ShardedSubscriptions;
   private readonly bus: RedisBus;
+  /** WS_REDIS_ACK_REPLICAS > 0: the durable publishes' connection and their acknowledgements by replicas. */
+  private readonly durable: DurableWriter | undefined;
   private deliver: (ev: Delivery) => void = () => {};
   /**
    * Per subscribed topic, its splice (core's ReplaySplice): the last durable
@@ -65,16 +70,25 @@ export class RedisBroker implements ShardBroker {
     private readonly log: Logger,
     private readonly timing: RedisTiming = () => {},
   ) {
-    const target = { url: cfg.redisUrl!, cluster: cfg.redisCluster };
+    const target = redisTarget(cfg);
     this.cmd = createRedisClient(target, 'command', `shard${shard}`);
     this.sub = cfg.redisCluster
       ? new ShardedSubscriptions(this.cmd, nodeOptions(target, `sluice-shard${shard}-subscriber`))
       : createRedisClient(target, 'subscriber', `shard${shard}`);
     this.health = new RedisHealth(this.cmd);
+    // WS_REDIS_ACK_REPLICAS: durable publishes on a connection of their own,
+    // which each WAIT blocks (the limits and reads on the command connection
+    // do not wait behind it); its commands may wait one WAIT's timeout.
+    if (cfg.redisAckReplicas > 0) {
+      const client = createRedisClient(target, 'command', `shard${shard}-durable`, COMMAND_TIMEOUT_MS + cfg.redisAckTimeoutMs);
+      client.on('error', () => {});
+      this.durable = { client, acks: new ReplicaAcks(client, cfg.redisAckReplicas, cfg.redisAckTimeoutMs) };
+    }
     this.bus = new RedisBus(this.cmd, this.sub, {
       cluster: cfg.redisCluster, historySize: cfg.historySize, historyTtlMs: cfg.historyTtlMs, idempotencyTtlMs: cfg.idempotencyTtlMs,
-    });
+    }, this.durable);
     const bus = this.bus;
+    const durable = this.durable;
     const own = this.counts;
     const meshStats = mesh.hub.stats.published;
     this.stats = {
@@ -87,10 +101,13 @@ export class RedisBroker implements ShardBroker {
       },
       historyTopics: 0,
       get redisCommands() {
-        return bus.commands;
+        return bus.commands + (durable?.acks.waits ?? 0);
       },
       get redisErrors() {
         return own.errors;
+      },
+      get replicaAckFailures() {
+        return durable?.acks.failures ?? 0;
       },
     };
     this.bus.onMessage((m) => this.fromBus(m));
@@ -177,9 +194,9 @@ export class RedisBroker implements ShardBroker {
         done({ ok: true, id: r.id, duplicate: r.duplicate });
       },
       (err: unknown) => {
-        // Not stored, or not known to be: the client resends with the same idempotency key.
+        // Not stored, or not known to be (or not confirmed by the replicas): the client resends with the same idempotency key.
         this.took(RedisOp.Publish, t0);
-        this.counts.errors++;
+        if (!(err instanceof ReplicaAckFailed)) this.counts.errors++;
         if (this.log.isLevelEnabled('debug')) this.log.debug({ err }, 'durable publish failed');
         done(UNAVAILABLE);
       },
@@ -272,6 +289,7 @@ export class RedisBroker implements ShardBroker {
 
   close(): void {
     this.cmd.disconnect();
+    this.durable?.client.disconnect();
     this.sub.disconnect();
     this.mesh.close();
   }

@@ -6,7 +6,7 @@
  * per failed command.
  */
 import type { Config } from '@sluice/core';
-import { createRedisClient, type RedisClient, RedisHealth } from '@sluice/redis';
+import { createRedisClient, type RedisClient, RedisHealth, redisTarget } from '@sluice/redis';
 import { counterFrom, gaugeFrom, type Logger, type Registry } from '@sluice/telemetry';
 import { Flag, type SharedState } from './shared-state.ts';
 
@@ -16,7 +16,7 @@ export class RedisWatch {
 
   constructor(cfg: Config, shared: SharedState, log: Logger) {
     shared.set(Flag.RedisDown);
-    this.client = createRedisClient({ url: cfg.redisUrl!, cluster: cfg.redisCluster }, 'command', 'coordinator');
+    this.client = createRedisClient(redisTarget(cfg), 'command', 'coordinator');
     this.client.on('error', () => {
       // Reported through the state changes below.
     });

@@ -21,4 +21,6 @@ export interface BrokerStats {
   readonly redisCommands: number;
   /** Redis commands that failed (unreachable, timed out, refused). */
   readonly redisErrors: number;
+  /** Durable publishes stored but not confirmed by WS_REDIS_ACK_REPLICAS replicas in time (answered `unavailable`). */
+  readonly replicaAckFailures: number;
 }

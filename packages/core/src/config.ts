@@ -54,9 +54,21 @@ export interface Config {
   readonly presenceDiffMs: number;
   readonly presenceTtlMs: number;
   readonly presenceMaxUsers: number;
-  /** Unset: embedded mode. One URL, or with redisCluster a comma-separated list of seed nodes. */
+  /**
+   * Unset: embedded mode. One URL, or with redisCluster a comma-separated list
+   * of seed nodes. With redisSentinels, its credentials, database and scheme
+   * only (the Sentinels name the master); `redis://<redisSentinelName>` when
+   * REDIS_SENTINELS is set without REDIS_URL.
+   */
   readonly redisUrl: string | undefined;
   readonly redisCluster: boolean;
+  /** REDIS_SENTINELS as given (validated): comma-separated host:port of Sentinels; parse with parseHostPorts. */
+  readonly redisSentinels: string | undefined;
+  readonly redisSentinelName: string;
+  readonly redisSentinelPassword: string | undefined;
+  /** WS_REDIS_ACK_REPLICAS: a durable publish is acked once this many replicas confirmed it (WAIT); 0 = once the master stored it. */
+  readonly redisAckReplicas: number;
+  readonly redisAckTimeoutMs: number;
   readonly auth: AuthMode;
   readonly compression: CompressionMode;
   readonly jwtSecret: string | undefined;
@@ -258,6 +270,29 @@ function queueName(): ValueType<string> {
 }
 
 const REDIS_URL = /^rediss?:\/\/(?:[^\s@/]*@)?[A-Za-z0-9.\-[\]:]+(?::[0-9]{1,5})?(?:\/[0-9]{1,2})?$/;
+
+/** `host:port,host:port` (Sentinels): the list, or undefined when any entry is not one. */
+export function parseHostPorts(raw: string): { host: string; port: number }[] | undefined {
+  const out: { host: string; port: number }[] = [];
+  for (const entry of raw.split(',')) {
+    const m = /^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})$/.exec(entry);
+    if (m === null) return undefined;
+    const port = Number(m[2]);
+    if (port < 1 || port > 65535) return undefined;
+    out.push({ host: m[1]!.replace(/^\[|\]$/g, ''), port });
+  }
+  return out;
+}
+
+function masterName(): ValueType<string> {
+  const accepts = 'a master name as in sentinel.conf (1 to 100 letters, digits, ., - and _)';
+  return { accepts, parse: (raw) => (/^[A-Za-z0-9._-]{1,100}$/.test(raw) ? { ok: true, value: raw } : { ok: false, accepts }) };
+}
+
+function hostPorts(): ValueType<string> {
+  const accepts = 'a comma-separated list of host:port (for example 10.0.0.1:26379,10.0.0.2:26379)';
+  return { accepts, parse: (raw) => (parseHostPorts(raw) === undefined ? { ok: false, accepts } : { ok: true, value: raw }) };
+}
 
 function redisUrls(): ValueType<string> {
   const accepts = 'a redis:// or rediss:// URL (with REDIS_CLUSTER=1, a comma-separated list of them)';
@@ -517,6 +552,34 @@ const schema = [
     name: 'REDIS_CLUSTER', key: 'redisCluster', section: 'Redis',
     type: bool(), default: false,
     doc: '`REDIS_URL` names Redis Cluster seed nodes: sharded pub/sub (SSUBSCRIBE/SPUBLISH) and hash-tagged keys.',
+  }),
+  v({
+    name: 'REDIS_SENTINELS', key: 'redisSentinels', section: 'Redis',
+    type: hostPorts(), default: undefined, defaultDoc: 'unset',
+    doc: 'Cluster mode on the master that these Redis Sentinels name (`REDIS_SENTINEL_NAME`); a failover moves every connection to the new master. ' +
+      '`REDIS_URL` is then optional and gives only credentials, database and TLS (`rediss:`), not the address. Not with `REDIS_CLUSTER`.',
+  }),
+  v({
+    name: 'REDIS_SENTINEL_NAME', key: 'redisSentinelName', section: 'Redis',
+    type: masterName(), default: 'mymaster',
+    doc: 'The master group the Sentinels monitor (`sentinel monitor <name> ...`). Only with `REDIS_SENTINELS`.',
+  }),
+  v({
+    name: 'REDIS_SENTINEL_PASSWORD', key: 'redisSentinelPassword', section: 'Redis',
+    type: text('a password'), default: undefined, defaultDoc: 'unset', secret: true,
+    doc: 'The Sentinels\' own password (`requirepass` in sentinel.conf), when they have one. Only with `REDIS_SENTINELS`.',
+  }),
+  v({
+    name: 'WS_REDIS_ACK_REPLICAS', key: 'redisAckReplicas', section: 'Redis',
+    type: int(0, 16, 'replicas'), default: 0,
+    doc: 'A durable publish is acknowledged only once this many replicas of its Redis master confirmed it (`WAIT`); on ' +
+      '`WS_REDIS_ACK_TIMEOUT_MS` the publisher gets `unavailable` and resends with its idempotency key. 0: acknowledged once the master ' +
+      'stored it, and a failover can lose what the replicas had not copied (docs/operations.md, Redis failover). Cluster mode only.',
+  }),
+  v({
+    name: 'WS_REDIS_ACK_TIMEOUT_MS', key: 'redisAckTimeoutMs', section: 'Redis',
+    type: int(10, 60_000, 'ms'), default: 1000,
+    doc: 'How long a durable publish waits for `WS_REDIS_ACK_REPLICAS` replicas before it is answered `unavailable`.',
   }),
 
   // Identity and upgrades
@@ -815,7 +878,8 @@ export function loadConfig(
     problems.push({ name: 'ADMIN_TOKEN', value: '', accepts: `a token for the admin API with WS_AUTH=${String(values.auth)} ` +
       '(or ADMIN_INSECURE=1 when only trusted callers reach ADMIN_PORT)' });
   }
-  if (!invalid.has('REDIS_URL') && !invalid.has('REDIS_CLUSTER')) {
+  problems.push(...redisProblems(env, values, invalid));
+  if (!invalid.has('REDIS_URL') && !invalid.has('REDIS_CLUSTER') && values.redisSentinels === undefined) {
     if (values.redisCluster === true && values.redisUrl === undefined) {
       problems.push({ name: 'REDIS_URL', value: '', accepts: 'the seed nodes of the Redis Cluster (REDIS_CLUSTER=1 is set)' });
     } else if (values.redisCluster !== true && typeof values.redisUrl === 'string' && values.redisUrl.includes(',')) {
@@ -823,6 +887,8 @@ export function loadConfig(
     }
   }
   if (problems.length > 0) throw new ConfigError(problems);
+  // The Sentinels alone turn cluster mode on; the URL then carries no address.
+  if (values.redisSentinels !== undefined && values.redisUrl === undefined) values.redisUrl = `redis://${String(values.redisSentinelName)}`;
 
   const warnings: string[] = [];
   for (const name of Object.keys(env).sort()) {
@@ -833,6 +899,33 @@ export function loadConfig(
 
   // Config holds only primitives, so freezing the object freezes it deeply.
   return { config: Object.freeze(values) as unknown as Config, warnings };
+}
+
+/** Sentinels are one way to name Redis (not with a Cluster, one URL at most); their settings and replica acks need them or a URL. */
+function redisProblems(env: Readonly<Record<string, string | undefined>>, values: Record<string, unknown>,
+  invalid: ReadonlySet<string>): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
+  const sentinels = values.redisSentinels !== undefined;
+  if (sentinels && !invalid.has('REDIS_SENTINELS')) {
+    if (values.redisCluster === true && !invalid.has('REDIS_CLUSTER')) {
+      problems.push({ name: 'REDIS_CLUSTER', value: env.REDIS_CLUSTER!, accepts: 'unset with REDIS_SENTINELS (Sentinel watches one master; a Cluster fails over by itself)' });
+    } else if (typeof values.redisUrl === 'string' && values.redisUrl.includes(',')) {
+      problems.push({ name: 'REDIS_URL', value: REDACTED, accepts: 'one URL with REDIS_SENTINELS (its credentials, database and scheme; the Sentinels name the master)' });
+    }
+  }
+  if (!sentinels && !invalid.has('REDIS_SENTINELS')) {
+    for (const name of ['REDIS_SENTINEL_NAME', 'REDIS_SENTINEL_PASSWORD']) {
+      if (isSet(env, name) && !invalid.has(name)) {
+        problems.push({ name, value: byName.get(name)!.secret ? REDACTED : env[name]!, accepts: 'unset unless REDIS_SENTINELS is set' });
+      }
+    }
+  }
+  if (values.redisAckReplicas !== 0 && !invalid.has('WS_REDIS_ACK_REPLICAS') && values.redisUrl === undefined && !sentinels &&
+    !invalid.has('REDIS_URL') && !invalid.has('REDIS_SENTINELS')) {
+    problems.push({ name: 'WS_REDIS_ACK_REPLICAS', value: env.WS_REDIS_ACK_REPLICAS!,
+      accepts: '0 in embedded mode (replicas are Redis\'s: set REDIS_URL or REDIS_SENTINELS)' });
+  }
+  return problems;
 }
 
 /** WS_AUTH=jwt needs exactly one key; a key without WS_AUTH=jwt would leave the gateway open while the operator thinks it is not. */

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { ConfigError, configSchema, loadConfig, redactedConfig, renderConfigDoc } from '../src/config.ts';
+import { ConfigError, configSchema, loadConfig, parseHostPorts, redactedConfig, renderConfigDoc } from '../src/config.ts';
 import type { Config, ConfigProblem } from '../src/config.ts';
 
 const host = { availableParallelism: 8 };
@@ -88,6 +88,11 @@ test('an empty env gives the documented defaults and no warnings', () => {
     presenceMaxUsers: 1000,
     redisUrl: undefined,
     redisCluster: false,
+    redisSentinels: undefined,
+    redisSentinelName: 'mymaster',
+    redisSentinelPassword: undefined,
+    redisAckReplicas: 0,
+    redisAckTimeoutMs: 1000,
     auth: 'none',
     jwtSecret: undefined,
     jwtPublicKeyFile: undefined,
@@ -154,7 +159,7 @@ test('an empty string counts as unset and takes the default', () => {
 
 test('each variable reports a bad value with its name, its value and what it accepts', () => {
   // Free text (paths, issuer, audience) takes a space; a control character breaks it.
-  const FREE_TEXT = new Set(['WS_JWT_PUBLIC_KEY_FILE', 'WS_JWT_ISSUER', 'WS_JWT_AUDIENCE', 'WS_TRACING_MODULE']);
+  const FREE_TEXT = new Set(['WS_JWT_PUBLIC_KEY_FILE', 'WS_JWT_ISSUER', 'WS_JWT_AUDIENCE', 'WS_TRACING_MODULE', 'REDIS_SENTINEL_PASSWORD']);
   for (const spec of configSchema) {
     // "bad value" breaks every other type: not digits, has whitespace inside, not a log level.
     const bad = FREE_TEXT.has(spec.name) ? 'bad\x01value' : 'bad value';
@@ -232,6 +237,8 @@ test('integer ranges: min and max are accepted, one past either is refused', () 
       // The TTL must hold four flushes: give the other side room.
       if (spec.name === 'WS_PRESENCE_DIFF_MS') env.WS_PRESENCE_TTL_MS = '3600000';
       if (spec.name === 'WS_PRESENCE_TTL_MS') env.WS_PRESENCE_DIFF_MS = '10';
+      // Replicas are Redis's.
+      if (spec.name === 'WS_REDIS_ACK_REPLICAS') env.REDIS_URL = 'redis://127.0.0.1:6379';
       const { config } = loadConfig(env, host);
       assert.equal(config[spec.key], edge, `${spec.name}=${edge}`);
     }
@@ -412,4 +419,38 @@ test('REDIS_URL: one URL, or a list with REDIS_CLUSTER=1', () => {
   assert.deepEqual(problemsOf({ REDIS_CLUSTER: 'true' }).map((p) => p.name), ['REDIS_URL']);
   assert.deepEqual(problemsOf({ REDIS_URL: 'http://x:1' }).map((p) => p.name), ['REDIS_URL']);
   assert.equal(loadConfig({ REDIS_URL: 'rediss://user:pw@redis.internal:6380/2' }, host).config.redisUrl, 'rediss://user:pw@redis.internal:6380/2');
+});
+
+test('REDIS_SENTINELS: cluster mode on the master the Sentinels name; its settings only with it', () => {
+  const c = loadConfig({ REDIS_SENTINELS: '10.0.0.1:26379,sentinel-2.internal:26380,[::1]:26381', REDIS_SENTINEL_NAME: 'events' }, host).config;
+  assert.equal(c.redisSentinels, '10.0.0.1:26379,sentinel-2.internal:26380,[::1]:26381');
+  assert.equal(c.redisSentinelName, 'events');
+  // Without REDIS_URL, cluster mode still: a URL naming no address.
+  assert.equal(c.redisUrl, 'redis://events');
+  assert.deepEqual(parseHostPorts(c.redisSentinels!), [{ host: '10.0.0.1', port: 26379 }, { host: 'sentinel-2.internal', port: 26380 }, { host: '::1', port: 26381 }]);
+  // With REDIS_URL: kept as given (credentials, database, TLS).
+  assert.equal(loadConfig({ REDIS_SENTINELS: 'a:1', REDIS_URL: 'rediss://:pw@mymaster/3' }, host).config.redisUrl, 'rediss://:pw@mymaster/3');
+  for (const bad of ['a', 'a:', ':1', 'a:1,', 'a:99999', 'a:0', 'a b:1', 'redis://a:1']) {
+    assert.deepEqual(problemsOf({ REDIS_SENTINELS: bad }).map((p) => p.name), ['REDIS_SENTINELS'], bad);
+  }
+  assert.deepEqual(problemsOf({ REDIS_SENTINELS: 'a:1', REDIS_CLUSTER: '1', REDIS_URL: 'redis://a:1' }).map((p) => p.name), ['REDIS_CLUSTER']);
+  assert.deepEqual(problemsOf({ REDIS_SENTINELS: 'a:1', REDIS_URL: 'redis://a:1,redis://b:2' }).map((p) => p.name), ['REDIS_URL']);
+  // The Sentinels' settings without Sentinels would be ignored: refused, every one named, the password redacted.
+  const orphans = problemsOf({ REDIS_URL: 'redis://a:1', REDIS_SENTINEL_NAME: 'x', REDIS_SENTINEL_PASSWORD: 'hunter2' });
+  assert.deepEqual(orphans.map((p) => [p.name, p.value]), [['REDIS_SENTINEL_NAME', 'x'], ['REDIS_SENTINEL_PASSWORD', '[redacted]']]);
+});
+
+test('WS_REDIS_ACK_REPLICAS: 0 to 16, only with Redis; its timeout from 10 ms to a minute', () => {
+  const c = loadConfig({ REDIS_URL: 'redis://a:1', WS_REDIS_ACK_REPLICAS: '2', WS_REDIS_ACK_TIMEOUT_MS: '250' }, host).config;
+  assert.equal(c.redisAckReplicas, 2);
+  assert.equal(c.redisAckTimeoutMs, 250);
+  assert.equal(loadConfig({ REDIS_SENTINELS: 'a:1', WS_REDIS_ACK_REPLICAS: '1' }, host).config.redisAckReplicas, 1);
+  assert.deepEqual(problemsOf({ WS_REDIS_ACK_REPLICAS: '1' }).map((p) => p.name), ['WS_REDIS_ACK_REPLICAS'], 'embedded mode has no replicas');
+  assert.equal(loadConfig({ WS_REDIS_ACK_REPLICAS: '0' }, host).config.redisAckReplicas, 0);
+  for (const bad of ['17', '-1', '1.5', 'all']) {
+    assert.deepEqual(problemsOf({ REDIS_URL: 'redis://a:1', WS_REDIS_ACK_REPLICAS: bad }).map((p) => p.name), ['WS_REDIS_ACK_REPLICAS'], bad);
+  }
+  for (const bad of ['9', '60001', 'soon']) {
+    assert.deepEqual(problemsOf({ REDIS_URL: 'redis://a:1', WS_REDIS_ACK_TIMEOUT_MS: bad }).map((p) => p.name), ['WS_REDIS_ACK_TIMEOUT_MS'], bad);
+  }
 });

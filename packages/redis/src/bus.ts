@@ -16,6 +16,7 @@
  *   again whenever the subscriber connection comes back.
  */
 import type { Cluster, Redis } from 'ioredis';
+import type { ReplicaAcks } from './replica-acks.ts';
 import { ShardedSubscriptions } from './sharded.ts';
 import { type HistoryRead, idempotencyRedisKey, type StoredEvent, topicChannel, topicOfChannel, topicRedisKeys } from '@sluice/core';
 import { compareEventIds, type EventId, parseEventId } from '@sluice/protocol';
@@ -75,7 +76,14 @@ local stream, floor, idem = KEYS[1], KEYS[2], KEYS[3]
 local maxlen, ttl, keep, idemTtl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if idemTtl > 0 then
   local first = redis.call('GET', idem)
-  if first then return {first, 1} end
+  if first then
+    -- A write on this path too (the record's own expiry, set again): WAIT
+    -- (WS_REDIS_ACK_REPLICAS) sees only this connection's writes, and this
+    -- one comes after the first publish's, whichever connection made that.
+    local left = redis.call('PTTL', idem)
+    if left > 0 then redis.call('PEXPIRE', idem, left) end
+    return {first, 1}
+  end
 end
 trimAge(stream, floor, minid(ttl), keep)
 if maxlen > 0 then
@@ -139,8 +147,21 @@ interface ScriptedClient {
 /** Where subscriptions go: a standalone subscriber connection, or per-master connections with Cluster. */
 export type Subscriptions = RedisClient | ShardedSubscriptions;
 
+/** WS_REDIS_ACK_REPLICAS > 0: durable publishes go on their own connection, each acknowledged once replicas confirmed it. */
+export interface DurableWriter {
+  readonly client: RedisClient;
+  readonly acks: ReplicaAcks;
+}
+
+/** A durable publish that Redis stored but not enough replicas confirmed in time (or the connection changed before they could). */
+export class ReplicaAckFailed extends Error {
+  override readonly name = 'ReplicaAckFailed';
+}
+
 export class RedisBus {
   private readonly wanted = new Set<string>();
+  /** Where durable publishes go: the command connection, or the writer's. */
+  private readonly writer: RedisClient;
   private handler: (m: BusMessage) => void = () => {};
   private readonly keepMs: number;
   /** Commands sent, for the metrics and the tests that count them. */
@@ -150,7 +171,10 @@ export class RedisBus {
     private readonly cmd: RedisClient,
     private readonly sub: Subscriptions,
     private readonly opts: RedisBusOptions,
+    private readonly durable?: DurableWriter,
   ) {
+    this.writer = durable?.client ?? cmd;
+    if (durable !== undefined) durable.client.defineCommand('sluicePublish', { numberOfKeys: 3, lua: PUBLISH_LUA });
     // Tombstone: a topic's floor and last id outlive its events by an hour
     // (or a TTL), as in memory, so that a client whose `since` is the last id
     // still recovers after the events expired.
@@ -176,11 +200,16 @@ export class RedisBus {
     const k = topicRedisKeys(p.topic);
     const idem = p.idempotencyKey === undefined ? k.stream : idempotencyRedisKey(this.opts.cluster, p.tenant, p.topic, p.idempotencyKey);
     this.commands++;
-    const [id, dup] = await (this.cmd as unknown as ScriptedClient).sluicePublish(
+    const acks = this.durable?.acks;
+    const mark = acks?.before(k.stream);
+    const [id, dup] = await (this.writer as unknown as ScriptedClient).sluicePublish(
       k.stream, k.floor, idem,
       this.opts.historySize, this.opts.historyTtlMs, this.keepMs, p.idempotencyKey === undefined ? 0 : this.opts.idempotencyTtlMs,
       p.head, p.tail, this.opts.cluster ? 'SPUBLISH' : 'PUBLISH', topicChannel(p.topic), `${1}${SEP}${SEP}`,
     );
+    if (acks !== undefined) {
+      if (!(await acks.confirm(mark))) throw new ReplicaAckFailed(`stored as ${id}, but not confirmed by the replicas in time`);
+    }
     return { id, duplicate: dup === 1 };
   }
 

@@ -5,16 +5,37 @@
  * capped backoff. Standalone, or Cluster with sharded pub/sub.
  */
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { type Config, parseHostPorts } from '@sluice/core';
 import type { RedisClient } from './bus.ts';
 
 export interface RedisTarget {
-  /** REDIS_URL: one URL, or with `cluster` a comma-separated list of seed nodes. */
+  /** REDIS_URL: one URL, or with `cluster` a comma-separated list of seed nodes; with `sentinel`, credentials, database and scheme only. */
   readonly url: string;
   readonly cluster: boolean;
+  /** REDIS_SENTINELS: the master is the one these Sentinels name, and a failover moves the connection to the new one. */
+  readonly sentinel?: {
+    readonly sentinels: readonly { readonly host: string; readonly port: number }[];
+    readonly name: string;
+    readonly password: string | undefined;
+  };
+}
+
+/** The Redis a node's config names (cluster mode: REDIS_URL or REDIS_SENTINELS set). */
+export function redisTarget(cfg: Pick<Config, 'redisUrl' | 'redisCluster' | 'redisSentinels' | 'redisSentinelName' | 'redisSentinelPassword'>): RedisTarget {
+  if (cfg.redisUrl === undefined) throw new Error('redisTarget: no Redis is configured (embedded mode)');
+  const sentinels = cfg.redisSentinels === undefined ? undefined : parseHostPorts(cfg.redisSentinels);
+  return {
+    url: cfg.redisUrl,
+    cluster: cfg.redisCluster,
+    ...(sentinels === undefined ? {} : { sentinel: { sentinels, name: cfg.redisSentinelName, password: cfg.redisSentinelPassword } }),
+  };
 }
 
 /** How long a command may wait for its reply before it fails. */
 export const COMMAND_TIMEOUT_MS = 2000;
+
+/** Reconnect backoff: 100 ms doubling to a 1 s cap, forever. */
+const backoff = (attempt: number): number => Math.min(50 * 2 ** Math.min(attempt, 5), 1000);
 
 const base: RedisOptions = {
   enableOfflineQueue: false,
@@ -22,7 +43,7 @@ const base: RedisOptions = {
   commandTimeout: COMMAND_TIMEOUT_MS,
   connectTimeout: 2000,
   enableAutoPipelining: true,
-  retryStrategy: (attempt: number) => Math.min(50 * 2 ** Math.min(attempt, 5), 1000),
+  retryStrategy: backoff,
   // Subscriptions are restored by the bus itself (it knows which topics it still wants).
   autoResubscribe: false,
   lazyConnect: false,
@@ -43,10 +64,17 @@ export function nodeOptions(target: RedisTarget, connectionName: string): RedisO
   };
 }
 
-/** A command client, or with a standalone Redis a subscriber client (Cluster subscriptions: ShardedSubscriptions). */
-export function createRedisClient(target: RedisTarget, role: 'command' | 'subscriber', name: string): RedisClient {
+/**
+ * A command client, or with a standalone Redis a subscriber client (Cluster
+ * subscriptions: ShardedSubscriptions). `commandTimeoutMs`: longer for a
+ * connection whose commands may wait behind a WAIT (replica acks).
+ */
+export function createRedisClient(target: RedisTarget, role: 'command' | 'subscriber', name: string,
+  commandTimeoutMs = COMMAND_TIMEOUT_MS): RedisClient {
   const connectionName = `sluice-${name}-${role}`;
-  if (!target.cluster) return new Redis(target.url, { ...base, connectionName });
+  const options = commandTimeoutMs === COMMAND_TIMEOUT_MS ? base : { ...base, commandTimeout: commandTimeoutMs };
+  if (target.sentinel !== undefined) return new Redis(sentinelOptions(target, connectionName, options));
+  if (!target.cluster) return new Redis(target.url, { ...options, connectionName });
   const nodes = target.url.split(',').map((u) => {
     const p = new URL(u);
     return { host: p.hostname, port: Number(p.port || 6379) };
@@ -55,6 +83,36 @@ export function createRedisClient(target: RedisTarget, role: 'command' | 'subscr
     enableOfflineQueue: false,
     enableAutoPipelining: true,
     clusterRetryStrategy: base.retryStrategy!,
-    redisOptions: nodeOptions(target, connectionName),
+    redisOptions: { ...nodeOptions(target, connectionName), commandTimeout: commandTimeoutMs },
   });
+}
+
+/**
+ * A connection to the master that the Sentinels name: credentials, database
+ * and TLS from the URL, the address from the Sentinels. The failover
+ * detector listens to the Sentinels' +switch-master and reconnects at once,
+ * even while the old master still answers (a partition), and a connection
+ * that lands on a replica (a master demoted meanwhile) is dropped and made
+ * again.
+ */
+export function sentinelOptions(target: RedisTarget, connectionName: string, options: RedisOptions = base): RedisOptions {
+  const s = target.sentinel!;
+  const u = new URL(target.url);
+  const db = u.pathname.replace(/^\//, '');
+  return {
+    ...options,
+    connectionName,
+    sentinels: s.sentinels.map((x) => ({ host: x.host, port: x.port })),
+    name: s.name,
+    role: 'master',
+    failoverDetector: true,
+    ...(s.password === undefined ? {} : { sentinelPassword: s.password }),
+    ...(u.username === '' ? {} : { username: decodeURIComponent(u.username) }),
+    ...(u.password === '' ? {} : { password: decodeURIComponent(u.password) }),
+    ...(db === '' ? {} : { db: Number(db) }),
+    ...(u.protocol === 'rediss:' ? { tls: {}, enableTLSForSentinelMode: true } : {}),
+    // A Sentinel that does not answer is skipped after this long.
+    sentinelCommandTimeout: COMMAND_TIMEOUT_MS,
+    sentinelRetryStrategy: backoff,
+  };
 }

@@ -110,6 +110,9 @@ export class ShardMetrics {
       () => stats.redisCommands + limits.redisCommands);
     counterFrom(r, 'sluice_redis_errors_total', 'Redis commands that failed: unreachable, timed out or refused (cluster mode).', undefined,
       () => stats.redisErrors);
+    counterFrom(r, 'sluice_redis_replica_ack_failures_total',
+      'Durable publishes Redis stored but WS_REDIS_ACK_REPLICAS replicas did not confirm in WS_REDIS_ACK_TIMEOUT_MS (answered unavailable).', undefined,
+      () => stats.replicaAckFailures);
     counterFrom(r, 'sluice_limiter_settles_total', 'Batches of tenant and IP limit hits settled with a window store, by store.', 'store',
       () => limits.stats.settles);
     counterFrom(r, 'sluice_limiter_redis_commands_total', 'Redis commands sent to settle tenant and IP limits (part of sluice_redis_commands_total).',

@@ -2,9 +2,16 @@
  * The push worker's configuration, from the environment. As the gateway's:
  * every bad variable is named in one error, so one start shows them all.
  */
+import { parseHostPorts } from '@sluice/core';
+
 export interface PushWorkerConfig {
+  /** With redisSentinels: credentials, database and TLS only (`redis://<name>` when REDIS_URL is unset). */
   readonly redisUrl: string;
   readonly redisCluster: boolean;
+  /** REDIS_SENTINELS, parsed: the master is the one they name (REDIS_SENTINEL_NAME), as in the gateway. */
+  readonly redisSentinels: readonly { readonly host: string; readonly port: number }[] | undefined;
+  readonly redisSentinelName: string;
+  readonly redisSentinelPassword: string | undefined;
   readonly queue: string;
   readonly webhookUrl: string;
   readonly webhookSecret: string | undefined;
@@ -67,8 +74,18 @@ export function loadPushConfig(env: Record<string, string | undefined>): PushWor
     problems.push(`${name} must be 1, 0, true or false`);
     return false;
   };
-  const redisUrl = url('REDIS_URL', true, ['redis:', 'rediss:']);
+  const sentinelsRaw = str('REDIS_SENTINELS');
+  const redisSentinels = sentinelsRaw === undefined ? undefined : parseHostPorts(sentinelsRaw);
+  if (sentinelsRaw !== undefined && redisSentinels === undefined) problems.push('REDIS_SENTINELS must be a comma-separated list of host:port');
+  const redisSentinelName = str('REDIS_SENTINEL_NAME') ?? 'mymaster';
+  if (!/^[A-Za-z0-9._-]{1,100}$/.test(redisSentinelName)) problems.push('REDIS_SENTINEL_NAME must be a master name as in sentinel.conf');
+  const redisSentinelPassword = str('REDIS_SENTINEL_PASSWORD');
+  if (sentinelsRaw === undefined && (str('REDIS_SENTINEL_NAME') !== undefined || redisSentinelPassword !== undefined)) {
+    problems.push('REDIS_SENTINEL_NAME and REDIS_SENTINEL_PASSWORD need REDIS_SENTINELS');
+  }
+  const redisUrl = url('REDIS_URL', sentinelsRaw === undefined, ['redis:', 'rediss:']) ?? (sentinelsRaw === undefined ? undefined : `redis://${redisSentinelName}`);
   const redisCluster = bool('REDIS_CLUSTER');
+  if (sentinelsRaw !== undefined && redisCluster) problems.push('REDIS_CLUSTER must be unset with REDIS_SENTINELS');
   const queue = str('WS_PUSH_QUEUE') ?? 'sluice-push';
   if (!QUEUE_NAME.test(queue)) problems.push('WS_PUSH_QUEUE must match ^[A-Za-z0-9_.-]{1,100}$');
   const webhookUrl = url('WS_PUSH_WEBHOOK_URL', true, ['http:', 'https:']);
@@ -85,6 +102,6 @@ export function loadPushConfig(env: Record<string, string | undefined>): PushWor
   const logLevel = str('LOG_LEVEL') ?? 'info';
   if (!LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LEVELS.join(', ')}`);
   if (problems.length > 0) throw new PushConfigError(problems);
-  return { redisUrl: redisUrl!, redisCluster, queue, webhookUrl: webhookUrl!, webhookSecret, webhookTimeoutMs, adminUrl: adminUrl!.replace(/\/+$/, ''),
+  return { redisUrl: redisUrl!, redisCluster, redisSentinels, redisSentinelName, redisSentinelPassword, queue, webhookUrl: webhookUrl!, webhookSecret, webhookTimeoutMs, adminUrl: adminUrl!.replace(/\/+$/, ''),
     adminToken, concurrency, attempts, backoffMs, metricsPort, metricsHost, logLevel };
 }

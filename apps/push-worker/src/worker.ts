@@ -11,6 +11,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type Job, UnrecoverableError, Worker } from 'bullmq';
 import { Cluster, Redis } from 'ioredis';
+import { sentinelOptions } from '@sluice/redis';
 import type { Logger } from 'pino';
 import { Counter, Registry } from 'prom-client';
 import { request } from 'undici';
@@ -48,7 +49,10 @@ export class PushWorker {
   async start(): Promise<{ metricsPort: number }> {
     const cfg = this.cfg;
     // BullMQ's blocking commands want no per-request retry limit.
-    if (cfg.redisCluster) {
+    if (cfg.redisSentinels !== undefined) {
+      const target = { url: cfg.redisUrl, cluster: false, sentinel: { sentinels: cfg.redisSentinels, name: cfg.redisSentinelName, password: cfg.redisSentinelPassword } };
+      this.connection = new Redis({ ...sentinelOptions(target, 'sluice-push-worker'), maxRetriesPerRequest: null, enableOfflineQueue: true, enableAutoPipelining: false, commandTimeout: undefined });
+    } else if (cfg.redisCluster) {
       const nodes = cfg.redisUrl.split(',').map((u) => ({ host: new URL(u).hostname, port: Number(new URL(u).port || 6379) }));
       this.connection = new Cluster(nodes, { redisOptions: { maxRetriesPerRequest: null } });
     } else {

@@ -34,6 +34,26 @@ test('every bad variable is named in one error', () => {
   assert.equal(err.problems.length, 11);
 });
 
+test('REDIS_SENTINELS: the master the Sentinels name, REDIS_URL then optional; their settings refused without them', () => {
+  const { REDIS_URL: _, ...noUrl } = OK;
+  const c = loadPushConfig({ ...noUrl, REDIS_SENTINELS: '127.0.0.1:26379,10.0.0.2:26380', REDIS_SENTINEL_NAME: 'events' });
+  assert.deepEqual(c.redisSentinels, [{ host: '127.0.0.1', port: 26379 }, { host: '10.0.0.2', port: 26380 }]);
+  assert.equal(c.redisSentinelName, 'events');
+  assert.equal(c.redisUrl, 'redis://events');
+  const problems = (env: Record<string, string>): string[] => {
+    try {
+      loadPushConfig(env);
+    } catch (e) {
+      return (e as PushConfigError).problems.slice();
+    }
+    return [];
+  };
+  assert.match(problems({ ...noUrl, REDIS_SENTINELS: 'nohost' }).join(), /REDIS_SENTINELS/);
+  assert.match(problems({ ...noUrl, REDIS_SENTINELS: 'a:1', REDIS_CLUSTER: '1' }).join(), /REDIS_CLUSTER/);
+  assert.match(problems({ ...OK, REDIS_SENTINEL_NAME: 'x' }).join(), /need REDIS_SENTINELS/);
+  assert.match(problems(noUrl).join(), /REDIS_URL is required/);
+});
+
 test('the process refuses to start with a bad environment: exit 2, the message on stderr', () => {
   const cwd = fileURLToPath(new URL('..', import.meta.url));
   const env: Record<string, string> = { PATH: process.env.PATH ?? '', REDIS_URL: 'nope' };

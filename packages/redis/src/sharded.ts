@@ -5,7 +5,11 @@
  * and a subscription could lapse meanwhile without a sign; the contract
  * tests caught it.) Each connection's channels are subscribed again when it
  * reconnects, and `onReady` fires so that the caller can read what it may
- * have missed.
+ * have missed. When the Cluster's slot map changes (a failover promoted a
+ * replica, slots migrated: the command client refreshes it on errors and
+ * every second), channels whose slot has another master now are subscribed
+ * there and `onReady` fires too; a connection that holds no channel any
+ * more (a failed master's, which would retry forever) is closed.
  */
 // eslint-disable-next-line @typescript-eslint/triple-slash-reference -- the package ships no types; this brings ours along wherever this file is compiled
 /// <reference path="./cluster-key-slot.d.ts" />
@@ -22,9 +26,12 @@ export class ShardedSubscriptions {
   private failed: (err: unknown) => void = () => {};
 
   private readonly cluster: Cluster;
+  /** Nodes whose connection was not ready when channels moved to it: their first `ready` subscribes them and fires `onReady`. */
+  private readonly owed = new Set<string>();
 
   constructor(cluster: RedisClient, private readonly options: RedisOptions) {
     this.cluster = cluster as Cluster;
+    this.cluster.on('refresh', this.relocateListener);
   }
 
   onMessage(cb: (channel: string, payload: string) => void): void {
@@ -70,8 +77,40 @@ export class ShardedSubscriptions {
   }
 
   disconnect(): void {
+    this.cluster.off('refresh', this.relocateListener);
     for (const c of this.conns.values()) c.disconnect();
     this.conns.clear();
+  }
+
+  private readonly relocateListener = (): void => this.relocate();
+
+  /** After a slot map refresh: moves the channels whose slot has another master now, and closes connections that hold none. */
+  private relocate(): void {
+    const moved = new Map<string, string[]>();
+    for (const [channel, node] of this.where) {
+      const now = this.cluster.slots[calculateSlot(channel)]?.[0];
+      if (now === undefined || now === node) continue;
+      this.where.set(channel, now);
+      const list = moved.get(now);
+      if (list === undefined) moved.set(now, [channel]);
+      else list.push(channel);
+    }
+    const held = new Set(this.where.values());
+    for (const [node, conn] of this.conns) {
+      if (held.has(node)) continue;
+      conn.disconnect();
+      this.conns.delete(node);
+      this.owed.delete(node);
+    }
+    for (const [node, channels] of moved) {
+      const conn = this.conn(node);
+      if (conn.status !== 'ready') {
+        this.owed.add(node);
+        continue;
+      }
+      // The caller's catch-up reads what was published on the new master before this subscription: nothing is missed.
+      conn.ssubscribe(...channels).then(() => this.ready(), (err: unknown) => this.failed(err)).catch((err: unknown) => this.failed(err));
+    }
   }
 
   private nodeOf(channel: string): string {
@@ -92,10 +131,13 @@ export class ShardedSubscriptions {
       // Reported by failed commands and the coordinator's state log.
     });
     conn.on('ready', () => {
-      if (!connected) {
+      // The first ready of a connection made by `subscribe` needs nothing (subscribe sends its SSUBSCRIBE);
+      // one made for channels that moved here (relocate) subscribes them and catches up.
+      if (!connected && !this.owed.delete(node)) {
         connected = true;
         return;
       }
+      connected = true;
       // Back after a drop: its channels first, then the caller's catch-up.
       const mine = [...this.where].filter(([, n]) => n === node).map(([ch]) => ch);
       const again = mine.length === 0 ? Promise.resolve() : conn.ssubscribe(...mine).then(() => undefined);

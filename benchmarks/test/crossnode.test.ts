@@ -4,6 +4,7 @@ import { redisCalls, S8_DEFAULT, variantsOf } from '../src/scenarios/crossnode.t
 import { S3_DEFAULT } from '../src/scenarios/fanout.ts';
 import { rows, ratios } from '../src/report/summary.ts';
 import { rowsTables } from '../src/report/render.ts';
+import { checkGoals } from '../src/report/gates.ts';
 import type { Sample } from '../src/scenarios/common.ts';
 
 test('redisCalls reads INFO commandstats per command, leaving out INFO itself', () => {
@@ -18,8 +19,15 @@ test('redisCalls reads INFO commandstats per command, leaving out INFO itself', 
 });
 
 test('S8 runs S3 with two nodes; its variants name the node count', () => {
-  assert.deepEqual(S8_DEFAULT, { ...S3_DEFAULT, warmupEvents: 1001, nodes: 2 });
+  assert.deepEqual(S8_DEFAULT, { ...S3_DEFAULT, warmupEvents: 1001, nodes: 2, ackReplicas: 0 });
   assert.deepEqual(variantsOf({ ...S8_DEFAULT, nodes: 3 }), { embedded: '1 node, embedded', redisOne: '1 node on Redis', cluster: '3 nodes on Redis' });
+});
+
+test('S8 with --ack-replicas: a fourth variant, the same nodes with WS_REDIS_ACK_REPLICAS', () => {
+  assert.deepEqual(variantsOf({ ...S8_DEFAULT, ackReplicas: 1 }), {
+    embedded: '1 node, embedded', redisOne: '1 node on Redis', cluster: '2 nodes on Redis', acked: '2 nodes on Redis, WS_REDIS_ACK_REPLICAS=1',
+  });
+  assert.equal(variantsOf({ nodes: 3, ackReplicas: 2 }).acked, '3 nodes on Redis, WS_REDIS_ACK_REPLICAS=2');
 });
 
 test('S8 rows render against the single node, and S8 has no Sluice/peer ratio', () => {
@@ -38,4 +46,26 @@ test('S8 rows render against the single node, and S8 has no Sluice/peer ratio', 
   assert.match(table, /\| 2 nodes on Redis \| Sluice \(2 workers\) \| 1\.00M \| 67% \| 5% \| 1\.20M \| 0\.80x \| 1\.10M \| 0\.73x \| 1\.000 \| 8\.0 \| 150us \| 10ms \| 25ms \| 24ms \/ 25ms \| \+5\.0ms \|/);
   assert.match(table, /\| 1 node, embedded \| Sluice \(2 workers\) \| 1\.00M \| 67% \| - \| 1\.50M \| - \| - \| - \|/);
   assert.deepEqual(ratios([base, two]), []);
+});
+
+test('S8 with replicas: their CPU beside the master\'s, the publish ack; the goal reads the plain two nodes only', () => {
+  const base: Sample = {
+    scenario: 'S8', variant: '1 node, embedded', target: 'sluice', repeat: 0, ok: true, count: 3_000_000, wallS: 3, serverCpuS: 2,
+    clientCpuS: [0.1, 1, 1], serverUtil: 0.67, clientUtilMax: 0.33, otherUtil: 0, bound: 'none', perSec: 1e6, perServerCpuS: 1.5e6,
+    latency: { count: 100, p50Us: 10_000, p99Us: 20_000, p999Us: 30_000, maxUs: 40_000 }, extra: { ackP50Us: 1000, ackP99Us: 2000 },
+  };
+  const two: Sample = { ...base, variant: '2 nodes on Redis', perServerCpuS: 1.4e6, extra: { redisUtil: 0.05, perServerCpuVsOneNode: 0.93, ackP50Us: 3000, ackP99Us: 6000 } };
+  const acked: Sample = {
+    ...base, variant: '2 nodes on Redis, WS_REDIS_ACK_REPLICAS=1', perServerCpuS: 0.9e6,
+    extra: { redisUtil: 0.06, replicaUtil: 0.02, perServerCpuVsOneNode: 0.6, redisCpuUsPerEvent: 150, replicaCpuUsPerEvent: 40, ackP50Us: 5000, ackP99Us: 12_000 },
+  };
+  const table = rowsTables(rows([base, two, acked]));
+  assert.match(table, /\| 2 nodes on Redis, WS_REDIS_ACK_REPLICAS=1 \| Sluice \(2 workers\) \| 1\.00M \| 67% \| 6% \+ 2% \| 900k \| 0\.60x \|/);
+  assert.match(table, /\| 150us \+ 40us \|.*\| 5\.0ms \/ 12ms \|/);
+  assert.match(table, /\| 2 nodes on Redis \| Sluice \(2 workers\) \| 1\.00M \| 67% \| 5% \| 1\.40M \| 0\.93x \|.*\| 3\.0ms \/ 6\.0ms \|/);
+  assert.match(table, /\| 1 node, embedded \|.*\| 1\.0ms \/ 2\.0ms \|/);
+  const goal = checkGoals(rows([base, two, acked]), [], [base, two, acked]).filter((g) => g.goal.scenario === 'S8');
+  assert.equal(goal.length, 1);
+  assert.equal(goal[0]!.measured, 0.93);
+  assert.equal(goal[0]!.met, true);
 });

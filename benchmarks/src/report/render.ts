@@ -162,22 +162,28 @@ export function s8Table(rs: readonly Row[], status: (r: Row) => string): string 
   const f = (v: number, d = 2): string => (Number.isFinite(v) ? v.toFixed(d) : '-');
   const vs = (v: number): string => (Number.isFinite(v) ? fmtRatio(v) : '-');
   const added = (us: number): string => (Number.isFinite(us) ? `${us >= 0 ? '+' : '-'}${fmtUs(Math.abs(us))}` : '-');
+  const plus = (r: Row, master: string, replica: string, fmt: (v: number) => string): string =>
+    (Number.isFinite(x(r, master)) ? `${fmt(x(r, master))}${Number.isFinite(x(r, replica)) ? ` + ${fmt(x(r, replica))}` : ''}` : '-');
+  const pair = (a: number, b: number): string => (Number.isFinite(a) ? `${fmtUs(a)} / ${fmtUs(b)}` : '-');
   return 'S3\'s fan-out (one publisher, durable 64 B events, credit-bound) on one gateway without Redis, on one gateway with `REDIS_URL`, and on ' +
-    'several gateway processes on one redis-server (publisher on node 0, subscriber processes spread over the nodes). `gateway CPU`: every gateway ' +
-    'process, `Redis CPU`: redis-server, both from /proc/<pid>/stat, % of one core; `vs 1 node`: against the embedded single node of the same repeat; ' +
+    'several gateway processes on one redis-server (publisher on node 0, subscriber processes spread over the nodes); with `--ack-replicas` R, those ' +
+    'nodes again with `WS_REDIS_ACK_REPLICAS=R` and the redis-server followed by R replicas. `gateway CPU`: every gateway ' +
+    'process, `Redis CPU`: redis-server (with replicas: `master + replicas`, summed; deliveries/(gateway+Redis)-CPU-s counts both), all from ' +
+    '/proc/<pid>/stat, % of one core; `vs 1 node`: against the embedded single node of the same repeat; ' +
     '`cmds/event`: the gateways\' `sluice_redis_commands_total` over their durable `sluice_messages_published_total` (both summed over the nodes, deltas over ' +
     'the window); `Redis calls/event`: what redis-server executed (INFO commandstats, the script\'s inner calls included; by command in the JSON), ' +
     '`Redis CPU/event`: its CPU (10 ms ticks) over those events; p99 per node: subscribers on ' +
-    'the publisher\'s node / on the other nodes.\n\n' +
+    'the publisher\'s node / on the other nodes; `publish ack`: the publisher\'s send to its reply (with replicas: after the WAIT).\n\n' +
     table(
       ['variant', 'target', 'deliveries/s', 'gateway CPU', 'Redis CPU', 'deliveries/gateway-CPU-s', 'vs 1 node', 'deliveries/(gateway+Redis)-CPU-s', 'vs 1 node',
-        'cmds/event', 'Redis calls/event', 'Redis CPU/event', 'p50', 'p99', 'p99 publisher\'s node / others', 'p99 added vs 1 node', 'other load', 'ok runs'],
-      rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtInt(r.perSec), pct(r.serverUtil), Number.isFinite(x(r, 'redisUtil')) ? pct(x(r, 'redisUtil')) : '-',
+        'cmds/event', 'Redis calls/event', 'Redis CPU/event', 'p50', 'p99', 'p99 publisher\'s node / others', 'p99 added vs 1 node', 'publish ack p50 / p99',
+        'other load', 'ok runs'],
+      rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtInt(r.perSec), pct(r.serverUtil), plus(r, 'redisUtil', 'replicaUtil', pct),
         fmtInt(r.perServerCpuS), vs(x(r, 'perServerCpuVsOneNode')), Number.isFinite(x(r, 'perTotalCpuS')) ? fmtInt(x(r, 'perTotalCpuS')) : '-',
         vs(x(r, 'perTotalCpuVsOneNode')), f(x(r, 'redisCommandsPerEvent'), 3), f(x(r, 'redisCallsPerEvent'), 1),
-        Number.isFinite(x(r, 'redisCpuUsPerEvent')) ? fmtUs(x(r, 'redisCpuUsPerEvent')) : '-', fmtUs(r.p50Us), fmtUs(r.p99Us),
-        Number.isFinite(x(r, 'node0P99Us')) ? `${fmtUs(x(r, 'node0P99Us'))} / ${fmtUs(x(r, 'otherNodesP99Us'))}` : '-',
-        added(x(r, 'p99AddedUs')), pct(r.otherUtil), status(r)]),
+        plus(r, 'redisCpuUsPerEvent', 'replicaCpuUsPerEvent', fmtUs), fmtUs(r.p50Us), fmtUs(r.p99Us),
+        pair(x(r, 'node0P99Us'), x(r, 'otherNodesP99Us')),
+        added(x(r, 'p99AddedUs')), pair(x(r, 'ackP50Us'), x(r, 'ackP99Us')), pct(r.otherUtil), status(r)]),
     );
 }
 
@@ -481,7 +487,8 @@ export function methodSection(rec: RunRecord): string {
     ...(rec.samples.some((s) => s.scenario === 'S9') ? ['- S9 (reconnect storm): per kind of client, two fresh gateway processes of the same command and settings (embedded mode, no Redis): node A with `WS_DRAIN_DELAY_MS`, `WS_DRAIN_RATE` (as configured) and `WS_DRAIN_MAX_MS` (clients / rate + delay + 10 s), node B with `WS_DRAIN_RATE=1000000` (used only when it is stopped, after the clients left); the clients in child processes of ~2500 each (`@sluice/client` on `ws`, or plain `ws`), from 8 loopback source addresses. Not part of `ci`.'] : []),
     ...(rec.samples.some((s) => ['S11', 'S12', 'S13'].includes(s.scenario)) ? ['- S11-S13 (issue 17): the gateway with `WS_AUTH=jwt` (HS256; tokens signed by the generators, one per socket and refresh, each new to the gateway\'s cache) and the kit\'s `ADMIN_TOKEN`; S12 on two nodes in cluster mode on one private redis-server per repeat; S13 with a second arm adding `WS_USER_MSG_LIMIT`, `WS_TENANT_CONNECT_LIMIT`, `WS_MAX_USER_SOCKETS` (never reached) and revocations of other users. Each waits up to 20 s for a quiet machine before its timed parts. Not part of `ci`.'] : []),
     ...(rec.samples.some((s) => s.scenario === 'S15') ? ['- S15 (issue 19): one backend process for the run (`src/lib/hook-backend.ts`: node:http on 127.0.0.1, keep-alive; admits `?token=u<N>` as user `u<N>`, allows every subscribe with `cacheMs` 600000); per repeat a gateway with `WS_AUTH=jwt` (S11\'s tokens), then one with `WS_AUTH=hook`, `WS_CONNECT_HOOK_URL`, `WS_SUBSCRIBE_HOOK_URL`, `WS_SUBSCRIBE_HOOK_TOPICS=room:*` and the kit\'s `ADMIN_TOKEN`, other hook settings default. Each timed part waits up to 20 s for a quiet machine. Not part of `ci`.'] : []),
-    ...(rec.samples.some((s) => s.scenario === 'S8') ? ['- S8 (cluster mode): the same gateway command and settings plus `REDIS_URL` of one private redis-server (`startRedis()` of `@sluice/redis/testing`: loopback, persistence off, flushed before each measurement), started fresh every repeat; gateway processes fresh for every measurement. The embedded single node of each repeat is measured first, then one node on Redis, then the nodes on Redis.'] : []),
+    ...(rec.samples.some((s) => s.scenario === 'S8') ? ['- S8 (cluster mode): the same gateway command and settings plus `REDIS_URL` of one private redis-server (`startRedis()` of `@sluice/redis/testing`: loopback, persistence off, flushed before each measurement), started fresh every repeat; gateway processes fresh for every measurement. The embedded single node of each repeat is measured first, then one node on Redis, then the nodes on Redis' +
+      `${rec.samples.some((s) => s.scenario === 'S8' && s.variant.includes('WS_REDIS_ACK_REPLICAS')) ? ', then (`--ack-replicas` R) R private redis-servers made its replicas (`REPLICAOF`, link up, caught up with the master\'s offset after each flush) and the nodes again with `WS_REDIS_ACK_REPLICAS=R` (`WS_REDIS_ACK_TIMEOUT_MS` default)' : ''}.`] : []),
     '- S5 stall: the longest event-loop delay since the server started (its start-up and the 300 warm-up upgrades included), sampled every 10 ms, so a reading includes up to 10 ms of sampling interval; the JSON keeps the reading taken just before the storm as `stallMaxMsBefore`.',
   ];
   return lines.join('\n');

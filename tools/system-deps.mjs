@@ -40,6 +40,10 @@ export const SYSTEM_DEPS = Object.freeze([
     usedBy: 'packages/client/test/browser.test.ts: the SDK in headless Chromium, driven by playwright-core' },
   { name: 'libjemalloc.so.2', paths: [`/usr/lib/${MULTIARCH}/libjemalloc.so.2`], pkg: 'libjemalloc2',
     usedBy: 'apps/gateway/test/async-upgrade.test.ts: a gateway with jemalloc preloaded (LD_PRELOAD)' },
+  { name: 'ip', bin: 'ip', pkg: 'iproute2',
+    usedBy: 'benchmarks/chaos/netfault.ts: network namespaces and veth pairs for the partition and slow-link faults (benchmarks/test/netfault.test.ts)' },
+  { name: 'tc', bin: 'tc', pkg: 'iproute2',
+    usedBy: 'benchmarks/chaos/netfault.ts: the filters that drop, lose and detour a port\'s packets' },
   { name: 'git', bin: 'git', pkg: 'git', optional: true,
     usedBy: 'benchmarks/src/cli.ts and benchmarks/chaos/main.ts stamp results with the commit (without git: "unknown"); no test needs it' },
 ]);

@@ -73,8 +73,8 @@ export function createRedisClient(target: RedisTarget, role: 'command' | 'subscr
   commandTimeoutMs = COMMAND_TIMEOUT_MS): RedisClient {
   const connectionName = `sluice-${name}-${role}`;
   const options = commandTimeoutMs === COMMAND_TIMEOUT_MS ? base : { ...base, commandTimeout: commandTimeoutMs };
-  if (target.sentinel !== undefined) return new Redis(sentinelOptions(target, connectionName, options));
-  if (!target.cluster) return new Redis(target.url, { ...options, connectionName });
+  if (target.sentinel !== undefined) return heartbeat(new Redis(sentinelOptions(target, connectionName, options)));
+  if (!target.cluster) return heartbeat(new Redis(target.url, { ...options, connectionName }));
   const nodes = target.url.split(',').map((u) => {
     const p = new URL(u);
     return { host: p.hostname, port: Number(p.port || 6379) };
@@ -117,4 +117,44 @@ export function sentinelOptions(target: RedisTarget, connectionName: string, opt
     sentinelCommandTimeout: COMMAND_TIMEOUT_MS,
     sentinelRetryStrategy: backoff,
   };
+}
+
+/** How often a connection is asked PING. */
+export const HEARTBEAT_MS = 1000;
+
+/**
+ * A connection that stops answering without closing (a partition: its
+ * packets dropped, no reset) would look up to ioredis for as long as TCP
+ * retransmits, many minutes: readiness would stay green, subscriptions
+ * silent. So every connection is asked PING every second (a subscriber
+ * connection may PING too), and one whose PING got no answer within the
+ * command timeout (2 s) is dropped and made again: its `close` is an outage
+ * to RedisHealth and to everything that watches it (readiness, the
+ * broker's fallback, the limits' local store), and its `ready` after the
+ * partition resubscribes and catches up as after any outage. Redis that
+ * stalls for longer than the timeout (a fork on a huge dataset) is taken
+ * for a partition too: the connections come back when it answers.
+ * Cluster clients route their own nodes (not watched here); the sharded
+ * subscription connections, plain ones, are.
+ */
+export function heartbeat<T extends Redis>(client: T, everyMs = HEARTBEAT_MS): T {
+  let waiting = false;
+  const timer = setInterval(() => {
+    if (waiting || client.status !== 'ready') return;
+    waiting = true;
+    client.ping().then(
+      () => {
+        waiting = false;
+      },
+      () => {
+        waiting = false;
+        // Timed out on a connection that still looks open: drop it and connect again. A connection that closed
+        // meanwhile is reconnecting already.
+        if (client.status === 'ready') client.disconnect(true);
+      },
+    );
+  }, everyMs);
+  timer.unref();
+  client.once('end', () => clearInterval(timer));
+  return client;
 }

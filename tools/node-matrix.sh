@@ -90,7 +90,7 @@ NODE_24=24.22.3
 # tar, sh and coreutils are in minbase. npm, npx and pnpm (the package tests
 # pack and install the gateway and the SDK) are the host's installs, bound in
 # at run time. Not needed: procps (no test runs ps or pkill).
-PACKAGES=(ca-certificates chromium git haproxy libjemalloc2 prometheus redis-server)
+PACKAGES=(ca-certificates chromium git haproxy iproute2 libjemalloc2 prometheus redis-server)
 
 CACHE="${SLUICE_MATRIX_CACHE:-/var/cache/sluice-node-matrix}"
 ROOT="$CACHE/$SUITE"

@@ -83,8 +83,6 @@ export function createRedisClient(target: RedisTarget, role: 'command' | 'subscr
     enableOfflineQueue: false,
     enableAutoPipelining: true,
     clusterRetryStrategy: base.retryStrategy!,
-    // A failover shows in the slot map within a second (ShardedSubscriptions moves its channels then), not only on a command's error.
-    slotsRefreshInterval: 1000,
     redisOptions: { ...nodeOptions(target, connectionName), commandTimeout: commandTimeoutMs },
   });
 }

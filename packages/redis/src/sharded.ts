@@ -6,10 +6,13 @@
  * tests caught it.) Each connection's channels are subscribed again when it
  * reconnects, and `onReady` fires so that the caller can read what it may
  * have missed. When the Cluster's slot map changes (a failover promoted a
- * replica, slots migrated: the command client refreshes it on errors and
- * every second), channels whose slot has another master now are subscribed
- * there and `onReady` fires too; a connection that holds no channel any
- * more (a failed master's, which would retry forever) is closed.
+ * replica, slots migrated: the command client refreshes it on its errors,
+ * and this asks for a refresh every second while one of its connections is
+ * down), channels whose slot has another master now are subscribed there
+ * and `onReady` fires too; a connection that holds no channel any more (a
+ * failed master's, which would retry forever) is closed. (Not ioredis's
+ * slotsRefreshInterval: a refresh in flight when the client disconnects
+ * arms its timer again, and that timer holds the process open.)
  */
 // eslint-disable-next-line @typescript-eslint/triple-slash-reference -- the package ships no types; this brings ours along wherever this file is compiled
 /// <reference path="./cluster-key-slot.d.ts" />
@@ -29,6 +32,8 @@ export class ShardedSubscriptions {
   private readonly cluster: Cluster;
   /** Nodes whose connection was not ready when channels moved to it: their first `ready` subscribes them and fires `onReady`. */
   private readonly owed = new Set<string>();
+  /** Asks the Cluster client for its slot map every second while a connection is down (a failover may be under way). */
+  private topologyTimer: NodeJS.Timeout | undefined;
 
   constructor(cluster: RedisClient, private readonly options: RedisOptions) {
     this.cluster = cluster as Cluster;
@@ -79,11 +84,27 @@ export class ShardedSubscriptions {
 
   disconnect(): void {
     this.cluster.off('refresh', this.relocateListener);
+    clearInterval(this.topologyTimer);
+    this.topologyTimer = undefined;
     for (const c of this.conns.values()) c.disconnect();
     this.conns.clear();
   }
 
   private readonly relocateListener = (): void => this.relocate();
+
+  /** A connection closed: until every connection is ready again, the slot map is read every second (relocate follows it). */
+  private watchTopology(): void {
+    if (this.topologyTimer !== undefined) return;
+    this.topologyTimer = setInterval(() => {
+      if (this.up) {
+        clearInterval(this.topologyTimer);
+        this.topologyTimer = undefined;
+        return;
+      }
+      this.cluster.refreshSlotsCache();
+    }, 1000);
+    this.topologyTimer.unref();
+  }
 
   /** After a slot map refresh: moves the channels whose slot has another master now, and closes connections that hold none. */
   private relocate(): void {
@@ -130,6 +151,9 @@ export class ShardedSubscriptions {
     conn.on('smessage', (channel: string, payload: string) => this.message(channel, payload));
     conn.on('error', () => {
       // Reported by failed commands and the coordinator's state log.
+    });
+    conn.on('close', () => {
+      if (this.conns.get(node) === conn) this.watchTopology();
     });
     conn.on('ready', () => {
       // The first ready of a connection made by `subscribe` needs nothing (subscribe sends its SSUBSCRIBE);

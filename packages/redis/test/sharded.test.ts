@@ -19,7 +19,10 @@ after(() => redis.stop());
 
 test('a throwing onReady after a reconnect goes to onError; the channel is subscribed again and still delivers', async () => {
   const node = `127.0.0.1:${redis.port}`;
-  const fakeCluster = Object.assign(new EventEmitter(), { slots: new Proxy([], { get: (_t, k) => (typeof k === 'string' && /^\d+$/.test(k) ? [node] : undefined) }) });
+  const fakeCluster = Object.assign(new EventEmitter(), {
+    slots: new Proxy([], { get: (_t, k) => (typeof k === 'string' && /^\d+$/.test(k) ? [node] : undefined) }),
+    refreshSlotsCache: () => undefined,
+  });
   const subs = new ShardedSubscriptions(fakeCluster as unknown as RedisClient, { connectionName: 'sharded-test', retryStrategy: () => 50 });
   const got: string[] = [];
   subs.onMessage((_ch, payload) => got.push(payload));
@@ -56,7 +59,10 @@ test('a throwing onReady after a reconnect goes to onError; the channel is subsc
 test('a slot that has another master after a refresh (a failover): its channel is subscribed there, onReady fires, the old connection closes', async () => {
   const other = await startRedis();
   let node = `127.0.0.1:${redis.port}`;
-  const fakeCluster = Object.assign(new EventEmitter(), { slots: new Proxy([], { get: (_t, k) => (typeof k === 'string' && /^\d+$/.test(k) ? [node] : undefined) }) });
+  const fakeCluster = Object.assign(new EventEmitter(), {
+    slots: new Proxy([], { get: (_t, k) => (typeof k === 'string' && /^\d+$/.test(k) ? [node] : undefined) }),
+    refreshSlotsCache: () => undefined,
+  });
   const subs = new ShardedSubscriptions(fakeCluster as unknown as RedisClient, { connectionName: 'sharded-move', retryStrategy: () => 50 });
   const got: string[] = [];
   subs.onMessage((_ch, payload) => got.push(payload));

@@ -73,8 +73,8 @@ export function createRedisClient(target: RedisTarget, role: 'command' | 'subscr
   commandTimeoutMs = COMMAND_TIMEOUT_MS): RedisClient {
   const connectionName = `sluice-${name}-${role}`;
   const options = commandTimeoutMs === COMMAND_TIMEOUT_MS ? base : { ...base, commandTimeout: commandTimeoutMs };
-  if (target.sentinel !== undefined) return heartbeat(new Redis(sentinelOptions(target, connectionName, options)));
-  if (!target.cluster) return heartbeat(new Redis(target.url, { ...options, connectionName }));
+  if (target.sentinel !== undefined) return keepAlive(new Redis(sentinelOptions(target, connectionName, options)));
+  if (!target.cluster) return keepAlive(new Redis(target.url, { ...options, connectionName }));
   const nodes = target.url.split(',').map((u) => {
     const p = new URL(u);
     return { host: p.hostname, port: Number(p.port || 6379) };
@@ -121,23 +121,49 @@ export function sentinelOptions(target: RedisTarget, connectionName: string, opt
 export const HEARTBEAT_MS = 1000;
 
 /**
- * A connection that stops answering without closing (a partition: its
- * packets dropped, no reset) would look up to ioredis for as long as TCP
- * retransmits, many minutes: readiness would stay green, subscriptions
- * silent. So every connection is asked PING every second (a subscriber
- * connection may PING too), and one whose PING got no answer within the
- * command timeout (2 s) is dropped and made again: its `close` is an outage
- * to RedisHealth and to everything that watches it (readiness, the
- * broker's fallback, the limits' local store), and its `ready` after the
- * partition resubscribes and catches up as after any outage. Redis that
- * stalls for longer than the timeout (a fork on a huge dataset) is taken
- * for a partition too: the connections come back when it answers.
+ * What keeps a standalone or Sentinel connection alive, as far as Sluice
+ * can, until the caller closes it.
+ *
+ * - **A heartbeat.** A connection that stops answering without closing (a
+ *   partition: its packets dropped, no reset) would look up to ioredis for
+ *   as long as TCP retransmits, many minutes: readiness would stay green,
+ *   subscriptions silent. So every connection is asked PING every second (a
+ *   subscriber connection may PING too), and one whose PING got no answer
+ *   within the command timeout (2 s) is dropped and made again: its `close`
+ *   is an outage to RedisHealth and to everything that watches it
+ *   (readiness, the broker's fallback, the limits' local store), and its
+ *   `ready` after the partition resubscribes and catches up as after any
+ *   outage. Redis that stalls for longer than the timeout (a fork on a huge
+ *   dataset) is taken for a partition too: the connections come back when
+ *   it answers.
+ * - **No end the caller did not ask for.** ioredis 5.11 in Sentinel mode
+ *   can end a connection for good in a failover: the failover detector of
+ *   the previous connection disconnects the connector while the new one
+ *   asks a Sentinel for the master, the connect fails with "Connection is
+ *   closed." and ioredis gives up (status `end`, never reconnected; found
+ *   by the Sentinel chaos scenario, about one failover in ten). A
+ *   connection that ends without `disconnect()` or `quit()` is connected
+ *   again after the reconnect backoff's first step.
+ *
  * Cluster clients route their own nodes (not watched here); the sharded
  * subscription connections, plain ones, are.
  */
-export function heartbeat<T extends Redis>(client: T, everyMs = HEARTBEAT_MS): T {
+export function keepAlive<T extends Redis>(client: T, everyMs = HEARTBEAT_MS): T {
+  let closing = false;
+  for (const method of ['disconnect', 'quit'] as const) {
+    const original = client[method].bind(client) as (...args: unknown[]) => unknown;
+    (client as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+      // disconnect(true) is a reconnect, not a close.
+      if (!(method === 'disconnect' && args[0] === true)) closing = true;
+      return original(...args);
+    };
+  }
   let waiting = false;
   const timer = setInterval(() => {
+    if (closing) {
+      clearInterval(timer);
+      return;
+    }
     if (waiting || client.status !== 'ready') return;
     waiting = true;
     client.ping().then(
@@ -153,6 +179,16 @@ export function heartbeat<T extends Redis>(client: T, everyMs = HEARTBEAT_MS): T
     );
   }, everyMs);
   timer.unref();
-  client.once('end', () => clearInterval(timer));
+  client.on('end', () => {
+    if (closing) {
+      clearInterval(timer);
+      return;
+    }
+    setTimeout(() => {
+      if (!closing && client.status === 'end') client.connect().catch(() => {
+        // A failed connect ends it again: this handler tries once more.
+      });
+    }, backoff(1)).unref();
+  });
   return client;
 }

@@ -19,7 +19,7 @@
 import calculateSlot from 'cluster-key-slot';
 import { type Cluster, Redis, type RedisOptions } from 'ioredis';
 import type { RedisClient } from './bus.ts';
-import { heartbeat } from './client.ts';
+import { keepAlive } from './client.ts';
 
 export class ShardedSubscriptions {
   private readonly conns = new Map<string, Redis>();
@@ -145,7 +145,7 @@ export class ShardedSubscriptions {
     let c = this.conns.get(node);
     if (c !== undefined) return c;
     const at = node.lastIndexOf(':');
-    c = heartbeat(new Redis({ ...this.options, host: node.slice(0, at), port: Number(node.slice(at + 1)), lazyConnect: false }));
+    c = keepAlive(new Redis({ ...this.options, host: node.slice(0, at), port: Number(node.slice(at + 1)), lazyConnect: false }));
     const conn = c;
     let connected = false;
     conn.on('smessage', (channel: string, payload: string) => this.message(channel, payload));

@@ -1,7 +1,9 @@
 // The chaos harness's pure pieces (unit-tested in benchmarks/test/chaos.test.ts):
 // the accounting of acknowledged publishes against history and against what
 // each subscriber got, the reconnect arrival rate from polled counters, the
-// time until a share of the dropped clients is back, and the results table.
+// time until a share of the dropped clients is back, the time until
+// publishes are acknowledged again after a Redis failover, the verdicts
+// (which scenarios may lose acknowledged events), and the results table.
 
 import { timeToShare } from '../src/lib/series.ts';
 
@@ -11,6 +13,9 @@ export interface Acked {
   readonly topic: string;
   readonly id: string;
   readonly key: string;
+  /** When publish() was called and when its ack came (ms on the run's clock). */
+  readonly sentAt?: number;
+  readonly ackAt?: number;
 }
 
 /** What one subscriber got on one durable topic. */
@@ -29,8 +34,10 @@ export interface DeliveryCheck {
   subscriptions: number;
   /** (subscriber, acked publish) pairs that should have been delivered. */
   expected: number;
-  /** Of those, the ones the subscriber never got. */
+  /** Of those, the ones the subscriber never got, of events that are in history. */
   missing: number;
+  /** The same of events lost from history (acked, then lost in a failover): counted apart, since the scenarios that allow loss allow these. */
+  missingLost: number;
   /** Events the handler got more than once under one id (per subscriber, topic and id). */
   duplicateIds: number;
   /** Events the handler got more than once under different ids with the same publish key: a publish stored twice. */
@@ -44,7 +51,7 @@ export interface DeliveryCheck {
 export const EXAMPLES = 10;
 
 export function emptyDeliveryCheck(): DeliveryCheck {
-  return { subscriptions: 0, expected: 0, missing: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] };
+  return { subscriptions: 0, expected: 0, missing: 0, missingLost: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] };
 }
 
 /** Groups acked publishes by topic (ids as a set). */
@@ -70,18 +77,25 @@ function extras(values: readonly string[]): { extra: number; first: string | und
 
 /**
  * Adds one subscription to `acc`: every acked id of its topic must be among
- * the ids the handler got (missing otherwise), and no id, publish key or wire
- * id may come twice (each repeat counts once).
+ * the ids the handler got (missing otherwise; missingLost for the ids in
+ * `lost`, those missing from history), and no id, publish key or wire id may
+ * come twice (each repeat counts once).
  */
-export function checkSubscription(acc: DeliveryCheck, acked: ReadonlyMap<string, ReadonlySet<string>>, sub: SubscriptionRecord): void {
+export function checkSubscription(acc: DeliveryCheck, acked: ReadonlyMap<string, ReadonlySet<string>>, sub: SubscriptionRecord,
+  lost?: ReadonlyMap<string, ReadonlySet<string>>): void {
   acc.subscriptions++;
   const want = acked.get(sub.topic);
+  const gone = lost?.get(sub.topic);
   const got = new Set(sub.ids);
   const note = (s: string): void => { if (acc.examples.length < EXAMPLES) acc.examples.push(s); };
   if (want !== undefined) {
     acc.expected += want.size;
     for (const id of want) {
-      if (!got.has(id)) { acc.missing++; note(`client ${sub.client} never got ${sub.topic} ${id}`); }
+      if (got.has(id)) continue;
+      if (gone?.has(id) === true) { acc.missingLost++; note(`client ${sub.client} never got ${sub.topic} ${id} (lost from history)`); } else {
+        acc.missing++;
+        note(`client ${sub.client} never got ${sub.topic} ${id}`);
+      }
     }
   }
   const d = extras(sub.ids);
@@ -98,6 +112,7 @@ export function mergeDeliveryChecks(parts: readonly DeliveryCheck[]): DeliveryCh
     out.subscriptions += p.subscriptions;
     out.expected += p.expected;
     out.missing += p.missing;
+    out.missingLost += p.missingLost;
     out.duplicateIds += p.duplicateIds;
     out.duplicateKeys += p.duplicateKeys;
     out.wireDuplicates += p.wireDuplicates;
@@ -117,6 +132,8 @@ export interface HistoryCheck {
   acked: number;
   /** Acked publishes whose id is not in the topic's history. */
   lost: number;
+  /** Those ids by topic (for the delivery check; not in the JSON when empty). */
+  lostIds?: Record<string, string[]>;
   /** Publish keys stored more than once (each extra copy counts). */
   storedTwice: number;
   /** Distinct publishes (keys) acked with one id that another publish was also acked with. */
@@ -130,8 +147,13 @@ export function checkHistory(acked: readonly Acked[], history: ReadonlyMap<strin
   const ids = new Map<string, Set<string>>();
   for (const [topic, events] of history) ids.set(topic, new Set(events.map((e) => e.id)));
   const keyOfId = new Map<string, string>();
+  const lostIds: Record<string, string[]> = {};
   for (const a of acked) {
-    if (ids.get(a.topic)?.has(a.id) !== true) { out.lost++; note(`acked ${a.topic} ${a.id} (${a.key}) is not in history`); }
+    if (ids.get(a.topic)?.has(a.id) !== true) {
+      out.lost++;
+      (lostIds[a.topic] ??= []).push(a.id);
+      note(`acked ${a.topic} ${a.id} (${a.key}) is not in history`);
+    }
     const tid = `${a.topic} ${a.id}`;
     const other = keyOfId.get(tid);
     if (other === undefined) keyOfId.set(tid, a.key);
@@ -142,7 +164,64 @@ export function checkHistory(acked: readonly Acked[], history: ReadonlyMap<strin
     const d = extras(keys);
     if (d.extra > 0) { out.storedTwice += d.extra; note(`${topic}: publish ${d.first} stored more than once`); }
   }
+  if (out.lost > 0) out.lostIds = lostIds;
   return out;
+}
+
+// ---- after a Redis failover ----------------------------------------------------------
+
+export interface RecoveryStats {
+  /** A publish counts as delayed when its ack came more than this after publish() (ms). */
+  lateMs: number;
+  /** Publishes acked after the kill that were delayed. */
+  delayed: number;
+  /** From the kill until the first delayed publish got its ack (ms): acks resume. 0 when none was delayed. */
+  resumeMs: number;
+  /**
+   * From the kill until the last delayed publish got its ack (ms): the
+   * backlog the fault caused is acknowledged, and every later publish was
+   * acked within lateMs. 0 when none was delayed. It includes the SDK's own
+   * wait before each resend (full jitter from 0.5 s, doubling per
+   * `unavailable`, up to 30 s): what a publisher sees.
+   */
+  recoverMs: number;
+  /** The longest a publish acked after the kill waited for its ack (ms). */
+  maxAckMs: number;
+}
+
+/** How long the publishes acked after `killAt` waited (from the acks' sentAt and ackAt); see RecoveryStats. */
+export function recoveryStats(acked: readonly Acked[], killAt: number, lateMs = 1000): RecoveryStats {
+  const out: RecoveryStats = { lateMs, delayed: 0, resumeMs: 0, recoverMs: 0, maxAckMs: 0 };
+  let first = Infinity;
+  for (const a of acked) {
+    if (a.ackAt === undefined || a.sentAt === undefined || a.ackAt < killAt) continue;
+    const waited = a.ackAt - a.sentAt;
+    out.maxAckMs = Math.max(out.maxAckMs, waited);
+    if (waited > lateMs) {
+      out.delayed++;
+      first = Math.min(first, a.ackAt - killAt);
+      out.recoverMs = Math.max(out.recoverMs, a.ackAt - killAt);
+    }
+  }
+  if (out.delayed > 0) out.resumeMs = first;
+  return out;
+}
+
+export interface FailoverResult {
+  /** What was killed: `master :6390`, with the share of published topics on it for a Cluster. */
+  readonly killed: string;
+  readonly promoted: string;
+  /**
+   * From the SIGKILL until the test kit saw the new master (every sentinel
+   * naming it, or every Cluster node seeing the killed master's slots served
+   * by its replica; and it saying role:master), polled every 100 ms.
+   */
+  readonly failoverMs: number;
+  /** From the kill until both nodes' /health/ready answered 200 again after their last 503; 0 when they never failed; NaN when one still failed at the step's end. */
+  readonly readyMs: number;
+  /** From the kill until the old master, started again after the failover, was a replica with its link up (NaN: not within the wait). */
+  readonly rejoinedMs: number;
+  readonly recovery: RecoveryStats;
 }
 
 // ---- reconnects --------------------------------------------------------------------
@@ -208,6 +287,15 @@ export interface StepResult {
 export interface ScenarioResult {
   readonly scenario: string;
   readonly planned: boolean;
+  /**
+   * Acknowledged events may be lost (a failover with WS_REDIS_ACK_REPLICAS=0):
+   * the loss is counted and reported, and is no violation. Everything else
+   * (duplicates, events in history not delivered, ...) still is.
+   */
+  readonly lossAllowed?: boolean;
+  /** The Redis it ran on, and WS_REDIS_ACK_REPLICAS when set. */
+  readonly redis?: string;
+  readonly ackReplicas?: number;
   readonly clients: number;
   readonly connected: number;
   readonly wallS: number;
@@ -226,6 +314,13 @@ export interface ScenarioResult {
   readonly peakRssMiB: Readonly<Record<string, number>>;
   readonly errorLines: Readonly<Record<string, number>>;
   readonly errorExamples: readonly string[];
+  /** Shard threads restarted after a crash, per node (sluice_shard_restarts_total). */
+  readonly shardRestarts?: Readonly<Record<string, number>>;
+  /** Durable acks whose WAIT fell short, per node (sluice_redis_replica_ack_failures_total). */
+  readonly replicaAckFailures?: Readonly<Record<string, number>>;
+  /** `unavailable` answers the clients got (publishes and joins; the SDK resends). */
+  readonly unavailableAnswers?: number;
+  readonly failover?: FailoverResult;
   /** Clients not connected at the end. */
   readonly notConnected: number;
   readonly findings: readonly string[];
@@ -246,7 +341,8 @@ export function violations(r: ScenarioResult, b: Bounds): string[] {
   if (r.error !== undefined) out.push(`run failed: ${r.error}`);
   if (r.connected < r.clients) out.push(`only ${r.connected}/${r.clients} clients connected at the start`);
   if (r.acked === 0) out.push('no publish was acknowledged');
-  if (r.history.lost > 0) out.push(`${r.history.lost} acknowledged publishes missing from history`);
+  if (r.history.lost > 0 && r.lossAllowed !== true) out.push(`${r.history.lost} acknowledged publishes missing from history`);
+  if (r.delivery.missingLost > 0 && r.lossAllowed !== true) out.push(`${r.delivery.missingLost} deliveries of acknowledged events lost from history missing`);
   if (r.history.storedTwice > 0) out.push(`${r.history.storedTwice} publishes stored twice`);
   if (r.history.sharedIds > 0) out.push(`${r.history.sharedIds} publishes acked with another publish's id`);
   if (r.delivery.missing > 0) out.push(`${r.delivery.missing} acknowledged events not delivered to a subscriber`);
@@ -263,7 +359,29 @@ export function violations(r: ScenarioResult, b: Bounds): string[] {
   }
   const errors = Object.values(r.errorLines).reduce((x, y) => x + y, 0);
   if (r.planned && errors > 0) out.push(`${errors} error lines logged in a planned scenario`);
+  if (r.failover !== undefined && Number.isNaN(r.failover.readyMs)) out.push('a node was not ready again by the end of the failover step');
+  if (r.failover !== undefined && Number.isNaN(r.failover.rejoinedMs)) out.push('the old master did not rejoin as a replica');
+  const restarts = Object.values(r.shardRestarts ?? {}).reduce((x, y) => x + y, 0);
+  if (restarts > 0) out.push(`${restarts} shard threads restarted after a crash (${perNode(r.shardRestarts ?? {}, String)})`);
   return out;
+}
+
+/** The acked-lost cell: total, then history and deliveries with their denominators; loss a scenario allows is marked so. */
+export function lostCell(r: ScenarioResult): string {
+  const missing = r.delivery.missing + r.delivery.missingLost;
+  const lost = r.history.lost + missing;
+  const text = `${lost} (history ${r.history.lost} of ${r.acked}, deliveries ${missing} of ${r.delivery.expected})`;
+  return r.lossAllowed === true && lost > 0 ? `${text}, counted, allowed with WS_REDIS_ACK_REPLICAS=${r.ackReplicas ?? 0}` : text;
+}
+
+/** The failover cell: from the kill to the new master, to both nodes ready, to the first and the last delayed ack (how many, the longest wait). */
+export function failoverCell(r: ScenarioResult): string {
+  const f = r.failover;
+  if (f === undefined) return '-';
+  const rec = f.recovery;
+  const ready = f.readyMs === 0 ? 'nodes ready throughout' : `nodes ready ${fmtS(f.readyMs)}`;
+  return `new master ${fmtS(f.failoverMs)}; ${ready}; acks resume ${fmtS(rec.resumeMs)}, backlog acked ${fmtS(rec.recoverMs)} ` +
+    `(${rec.delayed} delayed > ${rec.lateMs / 1000} s, longest ${fmtS(rec.maxAckMs)})`;
 }
 
 function fmtS(ms: number): string {
@@ -278,9 +396,8 @@ function perNode(rec: Readonly<Record<string, number>>, fmt: (v: number) => stri
 /** The results table, one row per scenario, in markdown. */
 export function renderTable(results: readonly ScenarioResult[], b: Bounds): string {
   const head = ['scenario', 'clients', 'acked publishes', 'acked lost', 'duplicates', 'peak arrivals/s at survivor (WS_DRAIN_RATE)',
-    '99% reconnected after', 'peak RSS per node', 'error lines per node', 'verdict'];
+    '99% reconnected after', 'peak RSS per node', 'error lines per node', 'Redis failover: from the kill to the new master, ready nodes, acks', 'verdict'];
   const rows = results.map((r) => {
-    const lost = r.history.lost + r.delivery.missing;
     const dups = r.delivery.duplicateIds + r.delivery.duplicateKeys + r.delivery.wireDuplicates + r.history.storedTwice;
     const rate = r.steps.length === 0 ? '-' : r.steps.map((s) => `${s.name}: ${Math.round(s.peakArrivalsPerS)} at ${s.survivors.join('+')}`).join('; ');
     const back = r.steps.length === 0 ? '-' : r.steps.map((s) => (s.reconnect.dropped === 0
@@ -288,10 +405,9 @@ export function renderTable(results: readonly ScenarioResult[], b: Bounds): stri
       : `${s.name}: ${fmtS(s.reconnect.t99Ms)} (${s.reconnect.dropped} dropped)`)).join('; ');
     const v = violations(r, b);
     return [
-      r.scenario, `${r.connected}/${r.clients}`, String(r.acked),
-      `${lost} (history ${r.history.lost}, deliveries ${r.delivery.missing} of ${r.delivery.expected})`,
+      r.scenario, `${r.connected}/${r.clients}`, String(r.acked), lostCell(r),
       String(dups), `${rate} (${r.drainRate})`, back,
-      perNode(r.peakRssMiB, (m) => `${Math.round(m)} MiB`), perNode(r.errorLines, String),
+      perNode(r.peakRssMiB, (m) => `${Math.round(m)} MiB`), perNode(r.errorLines, String), failoverCell(r),
       v.length === 0 ? 'pass' : `FAIL: ${v.join('; ')}`,
     ];
   });

@@ -1,15 +1,19 @@
-// The chaos cluster on loopback: one redis-server with an append-only file,
-// two gateway nodes (separate processes, WS_WORKERS shard threads each) on
-// fixed ports the harness picked and checked, and two HAProxy processes in
-// front (see haproxy.ts for why two). Every process is started by pid and
-// stopped by pid, also when the run fails or the harness is interrupted.
+// The chaos cluster on loopback: the scenario's Redis (one redis-server with
+// an append-only file; or a Sentinel group, a master with 2 replicas under 3
+// sentinels; or a Redis Cluster of 3 masters with a replica each), two
+// gateway nodes (separate processes, WS_WORKERS shard threads each) on fixed
+// ports the harness picked and checked, and two HAProxy processes in front
+// (see haproxy.ts for why two). Every process is started by pid and stopped
+// by pid, also when the run fails or the harness is interrupted.
 
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createWriteStream, mkdirSync, mkdtempSync, readFileSync, rmSync, type WriteStream } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startRedis, type RedisServer } from '@sluice/redis/testing';
-import { metricByLabel, metricSum, PLAIN_ENV, startGateway, type Gateway } from '@sluice/gateway/testing';
+import {
+  startRedis, startRedisCluster, startRedisSentinel, type RedisCluster, type RedisSentinel, type RedisServer,
+} from '@sluice/redis/testing';
+import { metricByLabel, metricSum, parseMetrics, PLAIN_ENV, startGateway, type Gateway } from '@sluice/gateway/testing';
 import { Haproxy } from './haproxy.ts';
 import type { CounterPoll } from '../src/lib/series.ts';
 
@@ -63,9 +67,19 @@ export class GatewayNode {
   peakRssBytes = 0;
   /** Called with every log record (the scenario looks for `drain finished`). */
   onLine: ((rec: Record<string, unknown>) => void) | undefined;
+  /** Every log record and stderr line of every start, when the run keeps the nodes' logs (`logFile`). */
+  private logOut: WriteStream | undefined;
 
-  constructor(readonly name: string, readonly port: number, readonly adminPort: number, private readonly env: Record<string, string>) {
+  constructor(readonly name: string, readonly port: number, readonly adminPort: number, private readonly env: Record<string, string>,
+    private readonly logFile?: string) {
     track(this);
+  }
+
+  /** Closes the kept log, if any. */
+  async closeLog(): Promise<void> {
+    const out = this.logOut;
+    this.logOut = undefined;
+    if (out !== undefined) await new Promise<void>((r) => out.end(() => r()));
   }
 
   get pid(): number | undefined {
@@ -82,8 +96,10 @@ export class GatewayNode {
   async start(timeoutMs = 60_000): Promise<void> {
     if (this.alive) throw new Error(`${this.name} is running`);
     this.starts++;
+    if (this.logFile !== undefined && this.logOut === undefined) this.logOut = createWriteStream(this.logFile, { flags: 'a' });
     const onLog = (rec: Record<string, unknown>): void => {
       const line = JSON.stringify(rec);
+      this.logOut?.write(`${line}\n`);
       if (rec['level'] === 'warn' && !String(rec['msg']).startsWith('unknown')) {
         const k = String(rec['msg']);
         this.warnings.set(k, (this.warnings.get(k) ?? 0) + 1);
@@ -97,6 +113,7 @@ export class GatewayNode {
     };
     const onStderr = (l: string): void => {
       if (l.trim() === '') return;
+      this.logOut?.write(`stderr ${new Date().toISOString()} ${l}\n`);
       this.stderrLines++;
       if (this.stderrExamples.length < 5) this.stderrExamples.push(`${this.name}: ${l.slice(0, 300)}`);
     };
@@ -181,12 +198,30 @@ export interface NodeSeries {
 export class Poller {
   readonly raw = new Map<string, CounterPoll[]>();
   readonly connected = new Map<string, CounterPoll[]>();
+  /** Per node and process (gen): the last sluice_shard_restarts_total and sluice_redis_replica_ack_failures_total seen. */
+  private readonly restarts = new Map<string, Map<number, number>>();
+  private readonly ackFailures = new Map<string, Map<number, number>>();
   errors = 0;
   private stopped = false;
   private loop: Promise<void> | undefined;
 
   constructor(private readonly nodes: readonly GatewayNode[], private readonly now: () => number, private readonly everyMs = 100, private readonly maxMs = 30 * 60_000) {
-    for (const n of nodes) { this.raw.set(n.name, []); this.connected.set(n.name, []); }
+    for (const n of nodes) {
+      this.raw.set(n.name, []);
+      this.connected.set(n.name, []);
+      this.restarts.set(n.name, new Map());
+      this.ackFailures.set(n.name, new Map());
+    }
+  }
+
+  /** Shard threads restarted after a crash, per node, summed over its processes (as last polled). */
+  shardRestarts(): Record<string, number> {
+    return Object.fromEntries([...this.restarts].map(([n, byGen]) => [n, [...byGen.values()].reduce((x, y) => x + y, 0)]));
+  }
+
+  /** Durable acks whose WAIT for replicas fell short (answered unavailable), per node, summed over its processes. */
+  replicaAckFailures(): Record<string, number> {
+    return Object.fromEntries([...this.ackFailures].map(([n, byGen]) => [n, [...byGen.values()].reduce((x, y) => x + y, 0)]));
   }
 
   start(): void {
@@ -202,10 +237,13 @@ export class Poller {
             const text = await n.metrics(Math.max(200, this.everyMs * 5));
             // The shards' counters are read somewhere between the request and the answer: a busy node answers late.
             const ms = (asked + this.now()) / 2;
-            const acc = metricByLabel(text, 'sluice_upgrades_total', 'outcome')['accepted'] ?? 0;
-            const conn = metricSum(text, 'sluice_connected_sockets');
+            const samples = parseMetrics(text);
+            const acc = metricByLabel(samples, 'sluice_upgrades_total', 'outcome')['accepted'] ?? 0;
+            const conn = metricSum(samples, 'sluice_connected_sockets');
             this.raw.get(n.name)!.push({ ms, value: acc, gen: n.starts });
             this.connected.get(n.name)!.push({ ms, value: conn });
+            this.restarts.get(n.name)!.set(n.starts, metricSum(samples, 'sluice_shard_restarts_total'));
+            this.ackFailures.get(n.name)!.set(n.starts, metricSum(samples, 'sluice_redis_replica_ack_failures_total'));
           } catch {
             if (n.serving) this.errors++;
           }
@@ -221,24 +259,98 @@ export class Poller {
   }
 }
 
+/**
+ * Which Redis a scenario runs on: `standalone`, one redis-server with an
+ * append-only file on a port the harness picked; `sentinel`, a master with 2
+ * replicas under 3 sentinels (down after 1 s, failover timeout 3 s: the
+ * kit's defaults), the nodes given REDIS_SENTINELS and REDIS_SENTINEL_NAME;
+ * `cluster`, 3 masters with a replica each (node timeout 2 s), the nodes
+ * given REDIS_CLUSTER=1 and every node's URL. The Sentinel and Cluster
+ * servers are the test kit's (@sluice/redis/testing): persistence off, free
+ * ports from the kernel.
+ */
+export type RedisTopology = 'standalone' | 'sentinel' | 'cluster';
+
+export type RedisSetup =
+  | { readonly kind: 'standalone'; readonly server: RedisServer }
+  | { readonly kind: 'sentinel'; readonly group: RedisSentinel }
+  | { readonly kind: 'cluster'; readonly cluster: RedisCluster };
+
+/** The name the sentinels of a `sentinel` run monitor the master under. */
+export const SENTINEL_NAME = 'chaos';
+
+async function startRedisSetup(kind: RedisTopology, port: number): Promise<RedisSetup> {
+  switch (kind) {
+    case 'standalone': {
+      const server = await startRedis({ persist: true, port });
+      track({ killNow: () => { void server.stop(); } });
+      return { kind, server };
+    }
+    // The kit kills what it started when this process exits.
+    case 'sentinel': return { kind, group: await startRedisSentinel({ replicas: 2, sentinels: 3, name: SENTINEL_NAME }) };
+    case 'cluster': return { kind, cluster: await startRedisCluster({ replicas: 1 }) };
+  }
+}
+
+/** The nodes' Redis variables for `r`. */
+export function redisEnv(r: RedisSetup): Record<string, string> {
+  switch (r.kind) {
+    case 'standalone': return { REDIS_URL: r.server.url };
+    case 'sentinel': return { REDIS_SENTINELS: r.group.sentinelsSpec, REDIS_SENTINEL_NAME: r.group.name };
+    case 'cluster': return { REDIS_URL: r.cluster.url, REDIS_CLUSTER: '1' };
+  }
+}
+
+/** One line for the log and the report: which servers on which ports. */
+export function describeRedis(r: RedisSetup): string {
+  switch (r.kind) {
+    case 'standalone': return `redis :${r.server.port}`;
+    case 'sentinel': return `sentinel group ${r.group.name}: servers :${r.group.servers.map((x) => x.port).join(', :')} (first master :${r.group.servers[0]!.port}), ` +
+      `sentinels :${r.group.sentinels.map((x) => x.port).join(', :')}`;
+    case 'cluster': return `redis cluster :${r.cluster.nodes.map((x) => x.port).join(', :')}`;
+  }
+}
+
 export interface ClusterOptions {
   readonly shards: number;
   /** Extra gateway environment (both nodes). */
   readonly env: Readonly<Record<string, string>>;
   readonly haproxyInter: string;
+  /** Default `standalone`. */
+  readonly redis?: RedisTopology;
+  /** Keep every node's log records and stderr lines in `<nodeLogs>/<A|B>.log` (the directory is made). */
+  readonly nodeLogs?: string;
 }
 
 /** Redis + two nodes + two HAProxy processes. */
 export class Cluster {
   private constructor(
     readonly dir: string,
-    readonly redis: RedisServer,
+    readonly redisSetup: RedisSetup,
     readonly nodes: readonly [GatewayNode, GatewayNode],
     readonly lbs: readonly [Haproxy, Haproxy],
   ) {}
 
   get a(): GatewayNode { return this.nodes[0]; }
   get b(): GatewayNode { return this.nodes[1]; }
+
+  /** The redis-server of a `standalone` run. */
+  get redis(): RedisServer {
+    if (this.redisSetup.kind !== 'standalone') throw new Error(`this run's Redis is a ${this.redisSetup.kind}, not one server`);
+    return this.redisSetup.server;
+  }
+
+  /** The Sentinel group of a `sentinel` run. */
+  get sentinel(): RedisSentinel {
+    if (this.redisSetup.kind !== 'sentinel') throw new Error(`this run's Redis is ${this.redisSetup.kind}, not a Sentinel group`);
+    return this.redisSetup.group;
+  }
+
+  /** The Redis Cluster of a `cluster` run. */
+  get redisCluster(): RedisCluster {
+    if (this.redisSetup.kind !== 'cluster') throw new Error(`this run's Redis is ${this.redisSetup.kind}, not a Redis Cluster`);
+    return this.redisSetup.cluster;
+  }
 
   /** The client URLs: one per load balancer. */
   get urls(): string[] {
@@ -248,11 +360,15 @@ export class Cluster {
   static async start(o: ClusterOptions, log: (s: string) => void): Promise<Cluster> {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-chaos-'));
     const [redisPort, pa, aa, pb, ab, l1, l2] = await pickPorts(7);
-    const redis = await startRedis({ persist: true, port: redisPort });
-    const redisHandle = { killNow: () => { void redis.stop(); } };
-    track(redisHandle);
+    let redis: RedisSetup;
+    try {
+      redis = await startRedisSetup(o.redis ?? 'standalone', redisPort!);
+    } catch (err) {
+      rmSync(dir, { recursive: true, force: true });
+      throw err;
+    }
     const env: Record<string, string> = {
-      HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: String(o.shards), LOG_LEVEL: 'info', REDIS_URL: redis.url,
+      HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: String(o.shards), LOG_LEVEL: 'info', ...redisEnv(redis),
       // Behind HAProxy with `option forwardfor`: the client's address is the last X-Forwarded-For entry.
       WS_TRUST_PROXY: '1',
       // The run's clients come from 8 loopback addresses (about 1250 per address at 10k): the per-IP
@@ -260,11 +376,10 @@ export class Cluster {
       WS_IP_CONNECT_LIMIT: '1000000',
       ...o.env,
     };
-    const a = new GatewayNode('A', pa!, aa!, env);
-    const b = new GatewayNode('B', pb!, ab!, env);
-    // One after the other: each start compiles the gateway under tsx, and two at once on 2 cores only take longer.
-    await a.start();
-    await b.start();
+    if (o.nodeLogs !== undefined) mkdirSync(o.nodeLogs, { recursive: true });
+    const logOf = (n: string): string | undefined => (o.nodeLogs === undefined ? undefined : join(o.nodeLogs, `${n}.log`));
+    const a = new GatewayNode('A', pa!, aa!, env, logOf('A'));
+    const b = new GatewayNode('B', pb!, ab!, env, logOf('B'));
     const servers = [{ name: 'node-a', port: a.port }, { name: 'node-b', port: b.port }];
     const lbOpts = { servers, maxconn: 9000, ulimitN: 19_000, inter: o.haproxyInter, fall: 2, rise: 2 };
     const lbs: [Haproxy, Haproxy] = [
@@ -273,10 +388,14 @@ export class Cluster {
     ];
     for (const l of lbs) track(l);
     const cluster = new Cluster(dir, redis, [a, b], lbs);
+    // A start that fails stops what started (Redis too: the next scenario of the run starts its own).
     try {
+      // One after the other: each start compiles the gateway under tsx, and two at once on 2 cores only take longer.
+      await a.start();
+      await b.start();
       for (const l of lbs) { await Haproxy.check(l.cfgPath); await l.start(); }
       await cluster.waitUp(['node-a', 'node-b'], 20_000);
-      log(`    cluster: redis :${redis.port}, A :${a.port} (admin :${a.adminPort}), B :${b.port} (admin :${b.adminPort}), lb1 :${l1}, lb2 :${l2}`);
+      log(`    cluster: ${describeRedis(redis)}, A :${a.port} (admin :${a.adminPort}), B :${b.port} (admin :${b.adminPort}), lb1 :${l1}, lb2 :${l2}`);
       return cluster;
     } catch (err) {
       await cluster.stop();
@@ -298,6 +417,51 @@ export class Cluster {
     throw new Error(`servers ${servers.join(', ')} not UP in every load balancer within ${ms} ms: ${JSON.stringify(last)}`);
   }
 
+  /**
+   * What each Redis server says it is now (role, its master, its link,
+   * replicas) and which of the nodes' connections it holds (CLIENT LIST
+   * names `sluice-*`: count by name), and for Sentinel what each sentinel
+   * names as master: for a finding when a failover goes wrong. A server that
+   * does not answer is said so.
+   */
+  async redisState(): Promise<string> {
+    const r = this.redisSetup;
+    const servers = r.kind === 'standalone' ? [r.server] : r.kind === 'sentinel' ? r.group.servers : r.cluster.nodes;
+    const field = (info: string, k: string): string => new RegExp(`^${k}:(.*)$`, 'm').exec(info)?.[1]?.trim() ?? '?';
+    const all = new Map<string, number>();
+    const parts = await Promise.all(servers.map(async (s) => {
+      try {
+        const info = await s.cli('INFO', 'replication');
+        const role = field(info, 'role');
+        const names = new Map<string, number>();
+        for (const m of (await s.cli('CLIENT', 'LIST')).matchAll(/ name=(sluice-\S+)/g)) {
+          names.set(m[1]!, (names.get(m[1]!) ?? 0) + 1);
+          all.set(m[1]!, (all.get(m[1]!) ?? 0) + 1);
+        }
+        const conns = [...names].sort().map(([n, c]) => (c === 1 ? n : `${n} x${c}`)).join(' ') || 'no sluice connection';
+        const rel = role === 'master' ? `${field(info, 'connected_slaves')} replicas` : `of :${field(info, 'master_port')} link ${field(info, 'master_link_status')}`;
+        return `:${s.port} ${role} ${rel}; ${conns}`;
+      } catch (e) {
+        return `:${s.port} does not answer (${(e as Error).message.split('\n')[0]})`;
+      }
+    }));
+    if (r.kind === 'sentinel') {
+      const named = await Promise.all(r.group.sentinels.map(async (x, i) => {
+        try {
+          return `:${(await r.group.sentinelCli(i, 'SENTINEL', 'get-master-addr-by-name', r.group.name)).trim().split('\n')[1] ?? 'none'}`;
+        } catch { return `sentinel :${x.port} does not answer`; }
+      }));
+      parts.push(`sentinels name ${named.join(', ')}`);
+    }
+    if (r.kind !== 'cluster') {
+      // Each running node holds one connection of each name (a Cluster client holds one per master it uses).
+      const nodes = this.nodes.filter((n) => n.alive).length;
+      const short = [...all].filter(([, c]) => c < nodes).map(([n, c]) => `${n} (${c} of ${nodes})`);
+      if (short.length > 0) parts.push(`connections some running node lacks: ${short.join(', ')}`);
+    }
+    return parts.join(' | ');
+  }
+
   /** The name HAProxy knows a node by. */
   static serverName(n: GatewayNode): string {
     return `node-${n.name.toLowerCase()}`;
@@ -306,7 +470,9 @@ export class Cluster {
   async stop(): Promise<void> {
     await Promise.all(this.lbs.map((l) => l.stop('SIGTERM')));
     await Promise.all(this.nodes.map((n) => n.stop(5000)));
-    await this.redis.stop();
+    await Promise.all(this.nodes.map((n) => n.closeLog()));
+    const r = this.redisSetup;
+    await (r.kind === 'standalone' ? r.server.stop() : r.kind === 'sentinel' ? r.group.stop() : r.cluster.stop());
     for (const l of this.lbs) live.delete(l);
     for (const n of this.nodes) live.delete(n);
     rmSync(this.dir, { recursive: true, force: true });

@@ -13,7 +13,9 @@
 // Each process records what its clients' handlers got (ids and publish keys
 // per subscription), what came on the wire (ids per client over all its
 // sockets, to see duplicates the SDK would hide), when each connection ended
-// and began, and every acknowledged publish. The orchestrator (`Fleet`) asks
+// and began, every acknowledged publish (with when it was published and
+// acked), and the `unavailable` answers its clients got (the SDK resends
+// without saying so). The orchestrator (`Fleet`) asks
 // over IPC; every request has a timeout, and a child exits when the
 // orchestrator goes away or after its lifetime.
 
@@ -43,6 +45,13 @@ export interface Roles {
 export const durableTopic = (r: Roles, k: number): string => `chaos.${r.run}.d${k}`;
 export const keyedTopic = (r: Roles, k: number): string => `chaos.${r.run}.k${k}`;
 
+/** The durable topics (indexes) some client of `clients` publishes to: each publisher has one (see `start`). */
+export function publishedTopics(r: Roles, clients: number): number[] {
+  const out = new Set<number>();
+  if (r.publisherEvery > 0) for (let i = 0; i < clients; i += r.publisherEvery) out.add(Math.floor(i / r.publisherEvery) % r.topics);
+  return [...out].sort((a, b) => a - b);
+}
+
 /** The durable topics of client `i`: distinct, spread evenly. */
 export function topicsOf(r: Roles, i: number): number[] {
   const out: number[] = [];
@@ -61,7 +70,7 @@ type Request =
   | { op: 'status'; fence: number }
   | { op: 'publishing'; on: boolean }
   | { op: 'acked' }
-  | { op: 'verify'; acked: Record<string, string[]> }
+  | { op: 'verify'; acked: Record<string, string[]>; lost: Record<string, string[]> }
   | { op: 'timelines' }
   | { op: 'close' }
   | { op: 'exit' };
@@ -90,6 +99,8 @@ export interface Extras {
   closeCodes: Record<string, number>;
   refusals: Record<string, number>;
   keyedReceived: number;
+  /** `unavailable` answers on the wire (publishes and joins, which the SDK tries again). */
+  unavailable: number;
   odd: string[];
 }
 
@@ -128,6 +139,7 @@ class Clients {
   closeCodes: Record<string, number> = {};
   refusals: Record<string, number> = {};
   keyedReceived = 0;
+  unavailable = 0;
   odd: string[] = [];
   roles: Roles | undefined;
   publishTimer: NodeJS.Timeout | undefined;
@@ -145,6 +157,7 @@ class Clients {
 
   private ctor(local: string, h: () => Held | undefined): WebSocketConstructor {
     const now = (): number => this.now();
+    const unavailable = (): void => { this.unavailable++; };
     return class extends WebSocket {
       private readonly sock: number;
       constructor(url: string, protocols?: string | string[]) {
@@ -154,7 +167,10 @@ class Clients {
         this.on('message', (data: Buffer, isBinary: boolean) => {
           if (isBinary) return;
           const s = data.toString();
-          if (!s.includes('"type":"event"')) return;
+          if (!s.includes('"type":"event"')) {
+            if (s.includes('"reason":"unavailable"')) unavailable();
+            return;
+          }
           const d = decodeServerFrame(s);
           const f = d.ok && d.frame.type === 'event' ? d.frame : undefined;
           const held = h();
@@ -291,9 +307,11 @@ class Clients {
           const n = p.n++;
           const key = `${h.index}.${n}`;
           this.pending++;
+          const sentAt = Math.round(this.now());
           h.client.publish(p.topic, { p: h.index, n }, { idempotencyKey: `${roles.run}.${key}` }).then((ack) => {
             this.pending--;
-            if (ack.id !== undefined) this.acked.push({ topic: p.topic, id: ack.id, key }); else this.count(this.rejected, 'acked without id');
+            if (ack.id !== undefined) this.acked.push({ topic: p.topic, id: ack.id, key, sentAt, ackAt: Math.round(this.now()) });
+            else this.count(this.rejected, 'acked without id');
           }, (err: { code?: string }) => { this.pending--; this.count(this.rejected, String(err.code)); });
         }
         const k = h.keyedPublisher;
@@ -326,14 +344,15 @@ class Clients {
     return { clients: this.held.length, open, closed, pending: this.pending, acked: this.acked.length, cold, fenceMissing, keyedFenceMissing, keyedSubscribers };
   }
 
-  verify(acked: Record<string, string[]>): DeliveryCheck {
+  verify(acked: Record<string, string[]>, lost: Record<string, string[]>): DeliveryCheck {
     const byTopic = new Map(Object.entries(acked).map(([t, ids]) => [t, new Set(ids)]));
+    const lostByTopic = new Map(Object.entries(lost).map(([t, ids]) => [t, new Set(ids)]));
     const acc = emptyDeliveryCheck();
     for (const h of this.held) {
       for (const s of h.subs) {
         const before = acc.wireDuplicates;
         const wire = h.wire.get(s.topic)?.ids ?? [];
-        checkSubscription(acc, byTopic, { client: h.index, topic: s.topic, ids: s.ids, keys: s.keys, wire });
+        checkSubscription(acc, byTopic, { client: h.index, topic: s.topic, ids: s.ids, keys: s.keys, wire }, lostByTopic);
         if (acc.wireDuplicates > before && this.explained.length < 10) {
           const seen = new Set<string>();
           const dup = wire.find((x) => (seen.has(x) ? true : (seen.add(x), false)))!;
@@ -346,7 +365,10 @@ class Clients {
   }
 
   extras(): Extras {
-    return { rejected: this.rejected, recoveredFalse: this.recoveredFalse, keyedNoPosition: this.keyedNoPosition, errors: this.errors, closeCodes: this.closeCodes, refusals: this.refusals, keyedReceived: this.keyedReceived, odd: this.odd };
+    return {
+      rejected: this.rejected, recoveredFalse: this.recoveredFalse, keyedNoPosition: this.keyedNoPosition, errors: this.errors, closeCodes: this.closeCodes,
+      refusals: this.refusals, keyedReceived: this.keyedReceived, unavailable: this.unavailable, odd: this.odd,
+    };
   }
 
   async close(): Promise<void> {
@@ -365,7 +387,7 @@ function childMain(): void {
       case 'status': return c.status(r.fence);
       case 'publishing': c.publishing(r.on); return null;
       case 'acked': return { acked: c.acked, extras: c.extras() };
-      case 'verify': return c.verify(r.acked);
+      case 'verify': return c.verify(r.acked, r.lost);
       case 'timelines': return c.held.map((h) => ({ client: h.index, downs: h.downs, ups: h.ups }));
       case 'close': await c.close(); return null;
       case 'exit': return null;
@@ -437,13 +459,15 @@ export class Fleet {
         keyedNoPosition: ex.reduce((x, e) => x + e.keyedNoPosition, 0),
         errors: mergeCounts(ex.map((e) => e.errors)), closeCodes: mergeCounts(ex.map((e) => e.closeCodes)),
         refusals: mergeCounts(ex.map((e) => e.refusals)), keyedReceived: ex.reduce((x, e) => x + e.keyedReceived, 0),
+        unavailable: ex.reduce((x, e) => x + e.unavailable, 0),
         odd: ex.flatMap((e) => e.odd).slice(0, 10),
       },
     };
   }
 
-  async verify(acked: Record<string, string[]>): Promise<DeliveryCheck[]> {
-    return Promise.all(this.procs.map((p) => p.call<DeliveryCheck>({ op: 'verify', acked }, 60_000)));
+  /** Every subscriber's check against the acked ids by topic; `lost`, those missing from history, are counted apart. */
+  async verify(acked: Record<string, string[]>, lost: Record<string, string[]> = {}): Promise<DeliveryCheck[]> {
+    return Promise.all(this.procs.map((p) => p.call<DeliveryCheck>({ op: 'verify', acked, lost }, 60_000)));
   }
 
   async timelines(): Promise<{ client: number; downs: number[]; ups: number[] }[]> {

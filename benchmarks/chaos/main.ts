@@ -3,26 +3,31 @@
 // docs/operations.md ("Faults and rolling restarts: measured").
 //
 //   node --import tsx chaos/main.ts                    every scenario, 10k clients; writes chaos/results.md and .json
-//   node --import tsx chaos/main.ts --ci               rolling restart, 2000 clients; writes runs/<time>-chaos-ci.*; exit 1 on a broken invariant
+//   node --import tsx chaos/main.ts --ci               rolling restart and Sentinel failover, 2000 clients; writes runs/<time>-chaos-ci.*; exit 1 on a broken invariant
 //   node --import tsx chaos/main.ts --scenarios kill,redis --clients 4000
+//   node --import tsx chaos/main.ts --scenarios sentinel,sentinel-n0,cluster,cluster-n0 --clients 2000
 
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { renderTable, violations, type Bounds, type ScenarioResult } from './analysis.ts';
-import { ALL_SCENARIOS, defaultConfig, DESCRIBE, runScenario, type ChaosConfig, type ScenarioName } from './scenarios.ts';
+import { ALL_SCENARIOS, CI_SCENARIOS, defaultConfig, DESCRIBE, runScenario, SETUP, type ChaosConfig, type ScenarioName } from './scenarios.ts';
 import { BENCH_ROOT, REPO_ROOT } from '../src/lib/spawn.ts';
 import { machineInfo, openFileLimit } from '../src/lib/proc.ts';
 
 const HELP = `pnpm chaos [options]     (from benchmarks/: node --import tsx chaos/main.ts [options])
   --scenarios a,b     of ${ALL_SCENARIOS.join(', ')} (default: all)
+                      sentinel*: a Sentinel group (master, 2 replicas, 3 sentinels); cluster*: a Redis Cluster (3 masters, 3 replicas);
+                      the others: one redis-server. *-n0: WS_REDIS_ACK_REPLICAS=0, acked events lost are counted, not failed
   --clients N         SDK clients (default 10000; --ci: 2000)
   --procs N           client processes (default: clients / 2500, at least 2)
   --shards N          WS_WORKERS of each node (default 2)
   --drain-rate N      WS_DRAIN_RATE of each node (default 500, the gateway's default)
   --max-99-s S        bound on the time until 99% of a step's dropped clients are back
-  --ci                the CI check: rolling restart with 2000 clients, results in benchmarks/runs/
+  --ci                the CI check: ${CI_SCENARIOS.join(' and ')} with 2000 clients, results in benchmarks/runs/
   --out FILE          markdown output (JSON beside it)
+  --node-logs DIR     keep every node's log records and stderr in DIR/<scenario><run id>/A.log and B.log
+                      (with DEBUG=ioredis:* in the environment, the nodes' ioredis debug lines too)
   --help`;
 
 function parse(argv: readonly string[]): { cfg: ChaosConfig; scenarios: ScenarioName[]; ci: boolean; out: string } {
@@ -42,7 +47,7 @@ function parse(argv: readonly string[]): { cfg: ChaosConfig; scenarios: Scenario
     if (!Number.isFinite(n) || n <= 0) throw new Error(`--${k} takes a positive number, not ${v}`);
     return n;
   };
-  for (const k of opts.keys()) if (!['scenarios', 'clients', 'procs', 'shards', 'drain-rate', 'max-99-s', 'out'].includes(k)) throw new Error(`unknown option --${k}\n${HELP}`);
+  for (const k of opts.keys()) if (!['scenarios', 'clients', 'procs', 'shards', 'drain-rate', 'max-99-s', 'out', 'node-logs'].includes(k)) throw new Error(`unknown option --${k}\n${HELP}`);
   const clients = Math.round(num('clients') ?? (ci ? 2000 : 10_000));
   const base = defaultConfig(clients);
   const drainRate = num('drain-rate') ?? base.drainRate;
@@ -52,8 +57,9 @@ function parse(argv: readonly string[]): { cfg: ChaosConfig; scenarios: Scenario
     shards: Math.round(num('shards') ?? base.shards),
     drainRate,
     max99Ms: (num('max-99-s') ?? 5 + clients / drainRate + 6 + 15) * 1000,
+    ...(opts.has('node-logs') ? { nodeLogs: resolve(opts.get('node-logs')!) } : {}),
   };
-  const scenarios = (opts.get('scenarios')?.split(',') ?? (ci ? ['rolling'] : [...ALL_SCENARIOS])) as ScenarioName[];
+  const scenarios = (opts.get('scenarios')?.split(',') ?? (ci ? [...CI_SCENARIOS] : [...ALL_SCENARIOS])) as ScenarioName[];
   for (const s of scenarios) if (!ALL_SCENARIOS.includes(s)) throw new Error(`unknown scenario ${s}: one of ${ALL_SCENARIOS.join(', ')}`);
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
   const out = opts.get('out') ?? (ci ? join(BENCH_ROOT, 'runs', `${stamp}-chaos-ci.md`) : join(BENCH_ROOT, 'chaos', 'results.md'));
@@ -82,17 +88,24 @@ function report(results: readonly ScenarioResult[], cfg: ChaosConfig, bounds: Bo
     '# Chaos results', '',
     `Run ${startedAt} at commit ${commit()}; ${m.cores} cores (${m.cpuModel}), ${m.memGiB} GiB, ${m.node}, ${version('haproxy', ['-v'])}, ${version('redis-server', ['--version'])}.`, '',
     `${cfg.clients} @sluice/client SDK clients in ${cfg.procs} processes, two HAProxy processes (leastconn, checks on /health/ready every ${cfg.haproxyInter}, fall 2 rise 2), ` +
-    `two gateway nodes with ${cfg.shards} shards each on one redis-server (append-only file), WS_DRAIN_RATE ${cfg.drainRate}, everything else the gateway's defaults ` +
+    `two gateway nodes with ${cfg.shards} shards each on the scenario's Redis (one redis-server with an append-only file; a Sentinel group of a master, 2 replicas and 3 sentinels; ` +
+    `or a Redis Cluster of 3 masters with a replica each: see each scenario), WS_DRAIN_RATE ${cfg.drainRate}, everything else the gateway's defaults ` +
     `(but WS_TRUST_PROXY=1 and WS_IP_CONNECT_LIMIT=1000000). Each client joins ${r.topicsPerClient} of ${r.topics} durable topics; ${pubs} publish durable events with ` +
     `idempotency keys, one every ${r.publishIntervalMs / 1000} s each; ${Math.floor(cfg.clients / r.keyedEvery)} follow one of ${r.keyedTopics} keyed feeds.`, '',
     renderTable(results, bounds), '',
     'Acked lost: acknowledged publishes missing from history (a join with since 0-0 on every topic), plus (subscriber, acked event) pairs never handed to the subscriber. ' +
     'Duplicates: events a subscriber got twice by id or by publish key, events the gateway sent a client twice on the wire, and publishes stored twice. ' +
     'Peak arrivals: the most upgrades accepted in one second (sliding, from /metrics every 100 ms) by the node(s) that stayed up, during the step. ' +
-    '99% reconnected: from the fault until 99% of the clients it dropped had a connection again.', '',
+    '99% reconnected: from the fault until 99% of the clients it dropped had a connection again. ' +
+    'Redis failover, from the SIGKILL of the master: until the test kit saw the new master (every sentinel naming it, or every Cluster node seeing the slots ' +
+    'served by the replica, and it saying role:master; polled every 100 ms); until both nodes answered /health/ready 200 again; until the first ' +
+    '(acks resume) and the last (backlog acked) ack of a publish delayed by the fault, one acked more than 1 s after publish() (the SDK resends after ' +
+    'unavailable with a growing jittered wait, up to 30 s): after the last, every publish was acked within 1 s. ' +
+    'Where a scenario allows loss (WS_REDIS_ACK_REPLICAS=0), acked publishes lost are counted in the table and do not fail it.', '',
   ];
   for (const x of results) {
     lines.push(`## ${x.scenario}`, '', DESCRIBE[x.scenario as ScenarioName] ?? '', '');
+    if (x.redis !== undefined) lines.push(`- Redis: ${x.redis}${SETUP[x.scenario as ScenarioName]?.lossAllowed === true ? ' (loss of acknowledged events counted, allowed)' : ''}`);
     lines.push(`- wall ${x.wallS.toFixed(0)} s; ${x.connected}/${x.clients} connected; ${x.acked} acked, ${x.unacked} unacked, rejected ${JSON.stringify(x.rejected)}; recovered:false ${x.recoveredFalse}; keyed subscribers without the last value ${x.keyedStale}/${x.keyedSubscribers}`);
     for (const s of x.steps) {
       const rc = s.reconnect;

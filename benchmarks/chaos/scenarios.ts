@@ -1,27 +1,61 @@
-// The chaos scenarios. Each one starts its own cluster (Redis, nodes A and B,
-// two HAProxy processes) and its own clients, lets them settle and publish,
-// breaks the cluster one way, waits (bounded) for the clients to come back,
-// stops publishing, waits for every outbox to empty, publishes a fence on
-// every topic, and then checks: every acked publish is in history once and
-// reached every subscriber once. Everything it started is stopped in the end,
-// whatever happened.
+// The chaos scenarios. Each one starts its own cluster (its Redis, nodes A
+// and B, two HAProxy processes) and its own clients, lets them settle and
+// publish, breaks the cluster one way, waits (bounded) for the clients to
+// come back, stops publishing, waits for every outbox to empty, publishes a
+// fence on every topic, and then checks: every acked publish is in history
+// once and reached every subscriber once (where a scenario allows loss, the
+// acked publishes lost are counted instead). Everything it started is
+// stopped in the end, whatever happened.
 
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { topicKey, topicRedisKeys } from '@sluice/core';
 import { Client } from '@sluice/gateway/testing';
-import { ackedByTopic, checkHistory, mergeDeliveryChecks, reconnectStats, type HistoryEvent, type ScenarioResult, type StepResult } from './analysis.ts';
+import type { RedisServer } from '@sluice/redis/testing';
+import {
+  ackedByTopic, checkHistory, mergeDeliveryChecks, reconnectStats, recoveryStats, type FailoverResult, type HistoryEvent, type ScenarioResult, type StepResult,
+} from './analysis.ts';
 import { accumulate, peakInWindow, peakRate, sumSeries, type CounterPoll } from '../src/lib/series.ts';
-import { Cluster, type GatewayNode, Poller } from './cluster.ts';
-import { durableTopic, Fleet, keyedTopic, type Roles, type Status } from './fleet.ts';
+import { Cluster, describeRedis, type GatewayNode, Poller, type RedisTopology } from './cluster.ts';
+import { durableTopic, Fleet, keyedTopic, publishedTopics, type Roles, type Status } from './fleet.ts';
 
-export type ScenarioName = 'rolling' | 'kill' | 'redis' | 'storm';
-export const ALL_SCENARIOS: readonly ScenarioName[] = ['rolling', 'kill', 'redis', 'storm'];
+export type ScenarioName = 'rolling' | 'kill' | 'redis' | 'storm' | 'sentinel' | 'sentinel-n0' | 'cluster' | 'cluster-n0';
+export const ALL_SCENARIOS: readonly ScenarioName[] = ['rolling', 'kill', 'redis', 'storm', 'sentinel', 'sentinel-n0', 'cluster', 'cluster-n0'];
 
 export const DESCRIBE: Readonly<Record<ScenarioName, string>> = {
   rolling: 'rolling restart: SIGTERM A (drain), start A, then the same for B',
   kill: 'SIGKILL A (no drain), start it again',
   redis: 'Redis stopped (SIGTERM, append-only file) for 10 s, started again',
   storm: 'both load balancers killed (SIGKILL) and started again: every socket of both nodes cut at once',
+  sentinel: 'Sentinel (a master, 2 replicas, 3 sentinels), WS_REDIS_ACK_REPLICAS=1: the master SIGKILLed under publishing; ' +
+    'after the failover publishing goes on, then the old master is started again and rejoins as a replica',
+  'sentinel-n0': 'the same as sentinel with WS_REDIS_ACK_REPLICAS=0: acknowledged events the failover loses are counted and reported, not failed',
+  cluster: 'Redis Cluster (3 masters, a replica each), WS_REDIS_ACK_REPLICAS=1: the master serving the most published topics SIGKILLed under publishing; ' +
+    'after its replica took over, it is started again and rejoins as that replica\'s replica (until then its slots have no replica to confirm an ack: unavailable, the SDK resends)',
+  'cluster-n0': 'the same as cluster with WS_REDIS_ACK_REPLICAS=0: acknowledged events the failover loses are counted and reported, not failed',
 };
+
+export interface ScenarioSetup {
+  readonly redis: RedisTopology;
+  /** WS_REDIS_ACK_REPLICAS of both nodes, when set (else the gateway's default, 0). */
+  readonly ackReplicas?: number;
+  /** Acknowledged events may be lost: counted and reported, no violation (analysis.ts `violations`). */
+  readonly lossAllowed?: boolean;
+}
+
+export const SETUP: Readonly<Record<ScenarioName, ScenarioSetup>> = {
+  rolling: { redis: 'standalone' },
+  kill: { redis: 'standalone' },
+  redis: { redis: 'standalone' },
+  storm: { redis: 'standalone' },
+  sentinel: { redis: 'sentinel', ackReplicas: 1 },
+  'sentinel-n0': { redis: 'sentinel', ackReplicas: 0, lossAllowed: true },
+  cluster: { redis: 'cluster', ackReplicas: 1 },
+  'cluster-n0': { redis: 'cluster', ackReplicas: 0, lossAllowed: true },
+};
+
+/** The scenarios `--ci` runs. */
+export const CI_SCENARIOS: readonly ScenarioName[] = ['rolling', 'sentinel'];
 
 export interface ChaosConfig {
   readonly clients: number;
@@ -32,15 +66,21 @@ export interface ChaosConfig {
   /** WS_DRAIN_RATE of both nodes (the gateway's default is 500). */
   readonly drainRate: number;
   readonly redisDownMs: number;
+  /** Redis failovers: how long the kit may take to see the new master, and how long publishing goes on after it before the old master starts again. */
+  readonly failoverWaitMs: number;
+  readonly afterFailoverMs: number;
   readonly roles: Omit<Roles, 'run'>;
   /** Bound on the time until 99% of a step's dropped clients are back. */
   readonly max99Ms: number;
   readonly haproxyInter: string;
+  /** Keep every node's log in `<nodeLogs>/<scenario run>/<A|B>.log`. */
+  readonly nodeLogs?: string;
 }
 
 export function defaultConfig(clients: number): ChaosConfig {
   return {
     clients, procs: Math.max(2, Math.ceil(clients / 2500)), shards: 2, concurrency: 100, drainRate: 500, redisDownMs: 10_000,
+    failoverWaitMs: 30_000, afterFailoverMs: 3000,
     roles: {
       // 50 durable topics, two per client: ~400 subscribers a topic at 10k clients.
       topics: 50, topicsPerClient: 2,
@@ -84,13 +124,36 @@ async function readHistory(node: GatewayNode, topic: string, trimmed: string[]):
 
 interface StepWindow { name: string; survivors: string[]; from: number; to: number }
 
+const fmtS = (ms: number): string => (Number.isFinite(ms) ? `${(ms / 1000).toFixed(1)} s` : 'not reached');
+
+/**
+ * A publish through the admin API, tried again for up to `ms` while it is
+ * refused (503 while a Redis failover settles; with WS_REDIS_ACK_REPLICAS a
+ * slot without its replica yet).
+ */
+async function publishPatiently(node: GatewayNode, body: Record<string, unknown>, ms = 30_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    try {
+      await node.publish(body);
+      return;
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await sleep(250);
+    }
+  }
+}
+
 interface Ctx {
   cfg: ChaosConfig;
+  roles: Roles;
   cluster: Cluster;
   fleet: Fleet;
   now: () => number;
   log: (s: string) => void;
   findings: string[];
+  /** Set by a Redis failover: when the master was killed, and what the failover took (the recovery is computed from the acks in the end). */
+  failover?: Omit<FailoverResult, 'recovery'> & { killedAt: number };
 }
 
 /** Waits until every client is open again, or 99% have been for 5 s, or the bound from `from` runs out. */
@@ -123,6 +186,126 @@ async function drainStep(ctx: Ctx, node: GatewayNode, other: GatewayNode): Promi
   await ctx.cluster.waitUp([Cluster.serverName(node), Cluster.serverName(other)], 20_000);
   ctx.log(`    ${node.name} started again and UP in both load balancers`);
   return { name: `drain ${node.name}`, survivors: [other.name], from, to: ctx.now() };
+}
+
+/** A Redis master to kill, and how to wait for its failover (the kit's waitFailover, which returns the promoted server). */
+interface FailoverTarget {
+  readonly victim: RedisServer;
+  /** How the report names it. */
+  readonly what: string;
+  readonly waitFailover: (killedPort: number, timeoutMs: number) => Promise<RedisServer>;
+}
+
+/**
+ * Kills `t.victim` (SIGKILL: the kit's servers run without persistence)
+ * under publishing, waits for the failover, lets publishing go on for
+ * `afterFailoverMs`, starts the old master again and waits until it is a
+ * replica with its link up. Meanwhile both nodes' /health/ready is watched
+ * (every 200 ms) for when they are ready again.
+ */
+async function redisFailover(ctx: Ctx, t: FailoverTarget): Promise<StepWindow[]> {
+  const { a, b } = ctx.cluster;
+  const from = ctx.now();
+  let lastUnready: number | undefined;
+  let unreadyAtEnd = false;
+  let watching = true;
+  const watch = (async () => {
+    while (watching) {
+      const asked = ctx.now();
+      const [ra, rb] = await Promise.all([a.ready(), b.ready()]);
+      unreadyAtEnd = !ra || !rb;
+      if (unreadyAtEnd) lastUnready = asked;
+      await sleep(200);
+    }
+  })();
+  try {
+    ctx.log(`    SIGKILL ${t.what}`);
+    await t.victim.stop();
+    const promoted = await t.waitFailover(t.victim.port, ctx.cfg.failoverWaitMs);
+    const failoverMs = ctx.now() - from;
+    ctx.log(`    :${promoted.port} is the new master ${fmtS(failoverMs)} after the kill`);
+    const bothReady = async (): Promise<boolean> => (await a.ready()) && (await b.ready());
+    if (!(await until(bothReady, 30_000, 200))) {
+      ctx.findings.push(`a node was not ready 30 s after the failover (A ${await a.ready()}, B ${await b.ready()}); Redis then: ${await ctx.cluster.redisState()}`);
+      ctx.log(`    ${ctx.findings.at(-1)!}`);
+    }
+    await sleep(ctx.cfg.afterFailoverMs);
+    await t.victim.start();
+    ctx.log(`    old master :${t.victim.port} started again ${fmtS(ctx.now() - from)} after the kill`);
+    let rejoinedMs = NaN;
+    if (await until(async () => {
+      const info = await t.victim.cli('INFO', 'replication');
+      return /^role:slave\r?$/m.test(info) && /^master_link_status:up\r?$/m.test(info);
+    }, 60_000, 200)) rejoinedMs = ctx.now() - from;
+    else ctx.findings.push(`the old master :${t.victim.port} was not a linked replica 60 s after it started again`);
+    ctx.log(`    old master :${t.victim.port} ${Number.isNaN(rejoinedMs) ? 'not a replica yet' : `a replica with its link up ${fmtS(rejoinedMs)} after the kill`}`);
+    watching = false;
+    await watch;
+    // NaN: a node was still not ready when the step ended.
+    const readyMs = lastUnready === undefined ? 0 : unreadyAtEnd ? NaN : lastUnready + 200 - from;
+    ctx.log(`    nodes ${lastUnready === undefined ? 'never unready' : Number.isNaN(readyMs) ? 'NOT READY at the end of the step' : `ready again by ${fmtS(readyMs)} after the kill`}`);
+    if (Number.isNaN(readyMs)) ctx.findings.push(`a node was still not ready ${fmtS(ctx.now() - from)} after the kill (A ${await a.ready()}, B ${await b.ready()}); Redis then: ${await ctx.cluster.redisState()}`);
+    ctx.failover = { killed: t.what, promoted: `:${promoted.port}`, failoverMs, readyMs, rejoinedMs, killedAt: from };
+    ctx.findings.push(`Redis after the failover: ${await ctx.cluster.redisState()}`);
+    return [{ name: 'kill master', survivors: ['A', 'B'], from, to: ctx.now() }];
+  } finally {
+    watching = false;
+    await watch;
+  }
+}
+
+/** Master port -> the slot ranges it serves, from one node's CLUSTER NODES (failed nodes left out). */
+export function clusterMasters(nodesText: string): Map<number, [number, number][]> {
+  const out = new Map<number, [number, number][]>();
+  for (const line of nodesText.trim().split('\n')) {
+    // <id> <ip:port@cport[,hostname]> <flags> <master> <ping-sent> <pong-recv> <config-epoch> <link-state> <slot> ...
+    const f = line.split(' ');
+    const flags = (f[2] ?? '').split(',');
+    if (!flags.includes('master') || flags.some((x) => x.startsWith('fail'))) continue;
+    const hostPort = (f[1] ?? '').split('@')[0]!;
+    // A slot being migrated is listed as [slot->-id]: not a range served.
+    const ranges = f.slice(8).filter((x) => !x.startsWith('[')).map((x): [number, number] => {
+      const [lo, hi = lo] = x.split('-').map(Number);
+      return [lo!, hi!];
+    });
+    if (ranges.length > 0) out.set(Number(hostPort.slice(hostPort.lastIndexOf(':') + 1)), ranges);
+  }
+  return out;
+}
+
+/**
+ * The Cluster master whose slots hold the most published topics (a topic's
+ * keys share one slot, that of its stream `sluice:h:{default/<topic>}`, as
+ * CLUSTER KEYSLOT says); ties go to the master of the lowest slots. Checked:
+ * each of its topics' slots holds a key there (the warm-up stored one).
+ */
+async function clusterTarget(ctx: Ctx): Promise<FailoverTarget> {
+  const rc = ctx.cluster.redisCluster;
+  const masters = await rc.masters();
+  const asked = masters[0]!;
+  const ranges = clusterMasters(await asked.cli('CLUSTER', 'NODES'));
+  const topics = publishedTopics(ctx.roles, ctx.cfg.clients);
+  const byMaster = new Map<number, { topic: number; slot: number }[]>(masters.map((m) => [m.port, []]));
+  for (const k of topics) {
+    const slot = Number((await asked.cli('CLUSTER', 'KEYSLOT', topicRedisKeys(topicKey('default', durableTopic(ctx.roles, k))).stream)).trim());
+    const port = [...ranges].find(([, rs]) => rs.some(([lo, hi]) => lo <= slot && slot <= hi))?.[0];
+    if (port === undefined || !byMaster.has(port)) throw new Error(`no master serves slot ${slot} of topic ${k}: ${JSON.stringify([...ranges])}`);
+    byMaster.get(port)!.push({ topic: k, slot });
+  }
+  const [port, mine] = [...byMaster].reduce((best, e) => (e[1].length > best[1].length ? e : best));
+  const victim = masters.find((m) => m.port === port)!;
+  for (const { topic, slot } of mine) {
+    if (Number((await victim.cli('CLUSTER', 'COUNTKEYSINSLOT', String(slot))).trim()) === 0) {
+      throw new Error(`slot ${slot} of ${durableTopic(ctx.roles, topic)} holds no key on :${port}: the harness's key names are not the gateway's`);
+    }
+  }
+  const replicas = await rc.replicasOf(victim);
+  if (replicas.length === 0) throw new Error(`master :${port} has no replica to fail over to`);
+  ctx.log(`    published topics per master: ${[...byMaster].map(([p, ts]) => `:${p} ${ts.length}`).join(', ')}`);
+  return {
+    victim, what: `master :${port} (${mine.length} of ${topics.length} published topics; its replica :${replicas.map((x) => x.port).join(', :')})`,
+    waitFailover: (p, ms) => rc.waitFailover(p, ms),
+  };
 }
 
 const SCRIPTS: Readonly<Record<ScenarioName, (ctx: Ctx) => Promise<StepWindow[]>>> = {
@@ -168,7 +351,25 @@ const SCRIPTS: Readonly<Record<ScenarioName, (ctx: Ctx) => Promise<StepWindow[]>
     await waitBack(ctx, from, 'after the cut');
     return [{ name: 'all cut', survivors: ['A', 'B'], from, to: ctx.now() }];
   },
+  async sentinel(ctx) {
+    return sentinelFailover(ctx);
+  },
+  async 'sentinel-n0'(ctx) {
+    return sentinelFailover(ctx);
+  },
+  async cluster(ctx) {
+    return redisFailover(ctx, await clusterTarget(ctx));
+  },
+  async 'cluster-n0'(ctx) {
+    return redisFailover(ctx, await clusterTarget(ctx));
+  },
 };
+
+async function sentinelFailover(ctx: Ctx): Promise<StepWindow[]> {
+  const group = ctx.cluster.sentinel;
+  const victim = await group.master();
+  return redisFailover(ctx, { victim, what: `master :${victim.port}`, waitFailover: (p, ms) => group.waitFailover(p, ms) });
+}
 
 export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s: string) => void, maxMs = 10 * 60_000): Promise<ScenarioResult> {
   const t0Epoch = performance.timeOrigin + performance.now();
@@ -179,20 +380,30 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
   let cluster: Cluster | undefined;
   let fleet: Fleet | undefined;
   let poller: Poller | undefined;
+  const setup = SETUP[name];
   const base = {
     scenario: name, planned: name === 'rolling', clients: cfg.clients, drainRate: cfg.drainRate,
+    lossAllowed: setup.lossAllowed === true, ackReplicas: setup.ackReplicas,
   };
+  let redisText: string = setup.redis;
+  // Known once the clients connected (a run that fails later still says how many did).
+  let connected = 0;
   let timer: NodeJS.Timeout | undefined;
   const overall = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`scenario took longer than ${maxMs / 1000} s`)), maxMs); });
   const body = async (): Promise<ScenarioResult> => {
     log(`  ${name}: ${DESCRIBE[name]}; ${cfg.clients} clients in ${cfg.procs} processes`);
     const env: Record<string, string> = { WS_DRAIN_RATE: String(cfg.drainRate) };
-    cluster = await Cluster.start({ shards: cfg.shards, env, haproxyInter: cfg.haproxyInter }, log);
+    if (setup.ackReplicas !== undefined) env['WS_REDIS_ACK_REPLICAS'] = String(setup.ackReplicas);
+    cluster = await Cluster.start({
+      shards: cfg.shards, env, haproxyInter: cfg.haproxyInter, redis: setup.redis, nodeLogs: cfg.nodeLogs === undefined ? undefined : join(cfg.nodeLogs, run),
+    }, log);
+    redisText = `${describeRedis(cluster.redisSetup)}${setup.ackReplicas === undefined ? '' : `; WS_REDIS_ACK_REPLICAS=${setup.ackReplicas}`}`;
     poller = new Poller(cluster.nodes, now);
     poller.start();
     fleet = await Fleet.start(cfg.clients, cfg.procs);
     const tc = now();
     const conn = await fleet.connect(cluster.urls, roles, cfg.concurrency, t0Epoch);
+    connected = conn.ready;
     log(`    ${conn.ready}/${cfg.clients} clients connected and joined in ${((now() - tc) / 1000).toFixed(1)} s${conn.failed > 0 ? `; failed: ${JSON.stringify(conn.reasons)}` : ''}`);
     const c = cluster;
     const f = fleet;
@@ -202,28 +413,30 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     if (!(await until(async () => (await f.status()).cold === 0, 30_000))) findings.push(`subscriptions without the warm-up event: ${(await f.status()).cold}`);
     await f.publishing(true);
     await sleep(3000);
-    const ctx: Ctx = { cfg, cluster: c, fleet: f, now, log, findings };
+    const ctx: Ctx = { cfg, roles, cluster: c, fleet: f, now, log, findings };
     const windows = await SCRIPTS[name](ctx);
     await sleep(3000);
     await f.publishing(false);
     const drained = await until(async () => (await f.status()).pending === 0, 90_000, 500);
     const st0 = await f.status();
     log(`    publishing stopped; outboxes ${drained ? 'empty' : `still hold ${st0.pending}`}; ${st0.acked} acked`);
+    if (!drained) findings.push(`outboxes still held ${st0.pending} publishes 90 s after publishing stopped; Redis then: ${await c.redisState()}`);
     // The fence: one more event on every topic and feed, from the admin API; once every subscriber has it, delivery is over.
     const live = c.nodes.find((n) => n.alive) ?? c.a;
-    for (let k = 0; k < roles.topics; k++) await live.publish({ topic: durableTopic(roles, k), data: { fence: 1 } });
-    for (let k = 0; k < roles.keyedTopics; k++) await live.publish({ topic: keyedTopic(roles, k), key: 'fence', data: { fence: 1 } });
+    for (let k = 0; k < roles.topics; k++) await publishPatiently(live, { topic: durableTopic(roles, k), data: { fence: 1 } });
+    for (let k = 0; k < roles.keyedTopics; k++) await publishPatiently(live, { topic: keyedTopic(roles, k), key: 'fence', data: { fence: 1 } });
     await until(async () => { const s = await f.status(1); return s.fenceMissing === 0 && s.keyedFenceMissing === 0; }, 30_000, 500);
     const st = await f.status(1);
     if (st.fenceMissing > 0) findings.push(`${st.fenceMissing} durable subscriptions never got the fence`);
     const { acked, extras } = await f.acked();
     const byTopic = ackedByTopic(acked);
-    const delivery = mergeDeliveryChecks(await f.verify(Object.fromEntries([...byTopic].map(([t, ids]) => [t, [...ids]]))));
     const history = new Map<string, HistoryEvent[]>();
     const trimmed: string[] = [];
     for (let k = 0; k < roles.topics; k++) history.set(durableTopic(roles, k), await readHistory(live, durableTopic(roles, k), trimmed));
     if (trimmed.length > 0) findings.push(`history trimmed (recovered: false from 0-0) on ${trimmed.length} topics: ${trimmed.slice(0, 5).join(', ')}`);
     const hist = checkHistory(acked, history);
+    // Deliveries of the events lost from history are counted apart (what a failover without replica acks may lose).
+    const delivery = mergeDeliveryChecks(await f.verify(Object.fromEntries([...byTopic].map(([t, ids]) => [t, [...ids]])), hist.lostIds ?? {}));
     const timelines = await f.timelines();
     const series = (names: readonly string[]): CounterPoll[] => sumSeries(names.map((n) => accumulate(poller!.raw.get(n) ?? [])));
     const downsIn = (w: StepWindow): number[] => timelines.flatMap((t) => t.downs.filter((u) => u >= w.from && u < w.to)).sort((x, y) => x - y);
@@ -236,6 +449,22 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
       reconnect: reconnectStats(timelines, w.from, w.to),
     }));
     await poller.stop();
+    const shardRestarts = poller.shardRestarts();
+    const replicaAckFailures = poller.replicaAckFailures();
+    let failover: FailoverResult | undefined;
+    if (ctx.failover !== undefined) {
+      const { killedAt, ...rest } = ctx.failover;
+      failover = { ...rest, recovery: recoveryStats(acked, killedAt) };
+      const rec = failover.recovery;
+      findings.push(`failover: killed ${rest.killed}; new master ${rest.promoted} ${fmtS(rest.failoverMs)} after the kill; nodes ready ` +
+        `${rest.readyMs === 0 ? 'throughout' : `again ${fmtS(rest.readyMs)} after it`}; old master a linked replica again ${fmtS(rest.rejoinedMs)} after the kill; ` +
+        `${rec.delayed} publishes acked more than ${rec.lateMs / 1000} s after publish(), the first of them ${fmtS(rec.resumeMs)} after the kill, ` +
+        `the last ${fmtS(rec.recoverMs)} after it (the longest wait ${fmtS(rec.maxAckMs)})`);
+    }
+    findings.push(`unavailable answers seen by clients: ${extras.unavailable}; replica-ack (WAIT) shortfalls per node: ${JSON.stringify(replicaAckFailures)}; ` +
+      `shard restarts per node: ${JSON.stringify(shardRestarts)}`);
+    if (hist.lost > 0) findings.push(`acked lost: ${hist.lost} of ${acked.length} acknowledged publishes not in history${setup.lossAllowed === true ? ` (allowed with WS_REDIS_ACK_REPLICAS=${setup.ackReplicas ?? 0}: counted, not failed)` : ''}; ` +
+      `${delivery.missingLost} (subscriber, lost event) pairs undelivered`);
     for (const n of c.nodes) if (n.warnings.size > 0) findings.push(`${n.name} warnings: ${JSON.stringify(Object.fromEntries(n.warnings))}`);
     for (const n of c.nodes) { n.sampleRss(); if (n.stderrLines > 0) findings.push(`${n.name} wrote ${n.stderrLines} stderr lines: ${n.stderrExamples.join(' | ')}`); }
     for (const l of c.lbs) {
@@ -251,7 +480,7 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     findings.push(`client disconnects by close: ${JSON.stringify(extras.closeCodes)}; keyed events received: ${extras.keyedReceived}; keyed-feed rejoins without a resume position (no durable event on a feed): ${extras.keyedNoPosition}`);
     findings.push(...extras.odd, ...hist.examples, ...delivery.examples);
     return {
-      ...base, connected: conn.ready, wallS: now() / 1000,
+      ...base, redis: redisText, connected: conn.ready, wallS: now() / 1000,
       acked: acked.length, unacked: st.pending, rejected: extras.rejected,
       history: hist, delivery, recoveredFalse: extras.recoveredFalse,
       keyedStale: st.keyedFenceMissing, keyedSubscribers: st.keyedSubscribers,
@@ -259,6 +488,7 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
       peakRssMiB: Object.fromEntries(c.nodes.map((n) => [n.name, n.peakRssBytes / 2 ** 20])),
       errorLines: Object.fromEntries(c.nodes.map((n) => [n.name, n.errorLines])),
       errorExamples: c.nodes.flatMap((n) => n.errorExamples),
+      shardRestarts, replicaAckFailures, unavailableAnswers: extras.unavailable, failover,
       findings,
       notable: c.nodes.flatMap((n) => n.notable.map((l) => `${n.name}: ${l}`)),
     };
@@ -268,15 +498,18 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
   } catch (err) {
     const msg = (err as Error).message;
     log(`  ${name}: FAILED: ${msg}`);
+    if (cluster !== undefined) findings.push(`Redis when it failed: ${await cluster.redisState().catch((e: unknown) => String(e))}`);
     return {
-      ...base, connected: 0, wallS: now() / 1000, acked: 0, unacked: 0, rejected: {},
+      ...base, redis: redisText, connected, wallS: now() / 1000, acked: 0, unacked: 0, rejected: {},
       history: { acked: 0, lost: 0, storedTwice: 0, sharedIds: 0, examples: [] },
-      delivery: { subscriptions: 0, expected: 0, missing: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] },
+      delivery: { subscriptions: 0, expected: 0, missing: 0, missingLost: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] },
       recoveredFalse: 0, keyedStale: 0, keyedSubscribers: 0, steps: [], notConnected: 0,
       peakRssMiB: cluster === undefined ? {} : Object.fromEntries(cluster.nodes.map((n) => [n.name, n.peakRssBytes / 2 ** 20])),
       errorLines: cluster === undefined ? {} : Object.fromEntries(cluster.nodes.map((n) => [n.name, n.errorLines])),
       errorExamples: cluster === undefined ? [] : cluster.nodes.flatMap((n) => n.errorExamples),
+      shardRestarts: poller?.shardRestarts(),
       findings, error: msg,
+      notable: cluster === undefined ? [] : cluster.nodes.flatMap((n) => n.notable.map((l) => `${n.name}: ${l}`)),
     };
   } finally {
     clearTimeout(timer);

@@ -1,6 +1,8 @@
 // The chaos harness's own pure pieces: the invariant checker (lost and
-// duplicate accounting), the arrival-rate bucketing and peaks, reconnect
-// times, the verdicts, the HAProxy configuration made from the deploy file.
+// duplicate accounting, loss counted apart where a scenario allows it), the
+// arrival-rate bucketing and peaks, reconnect times, the recovery after a
+// Redis failover, the verdicts, the HAProxy configuration made from the
+// deploy file, the choice of topics and Cluster masters.
 // The full cluster run is the CI step `pnpm chaos:ci`.
 
 import { test } from 'node:test';
@@ -10,13 +12,14 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  ackedByTopic, checkHistory, checkSubscription, emptyDeliveryCheck, mergeDeliveryChecks, reconnectStats, renderTable, violations, type Acked, type ScenarioResult,
+  ackedByTopic, checkHistory, checkSubscription, emptyDeliveryCheck, failoverCell, lostCell, mergeDeliveryChecks, reconnectStats, recoveryStats, renderTable, violations,
+  type Acked, type ScenarioResult,
 } from '../chaos/analysis.ts';
 import { accumulate, bucketGrowth, peakInWindow, peakRate, sumSeries, timeToShare } from '../src/lib/series.ts';
 import { requireSystemDep } from '../../tools/system-deps.mjs';
 import { DEPLOY_CFG, haproxyConfig, parseShowStat } from '../chaos/haproxy.ts';
-import { topicsOf, type Roles } from '../chaos/fleet.ts';
-import { defaultConfig } from '../chaos/scenarios.ts';
+import { publishedTopics, topicsOf, type Roles } from '../chaos/fleet.ts';
+import { ALL_SCENARIOS, CI_SCENARIOS, clusterMasters, defaultConfig, SETUP } from '../chaos/scenarios.ts';
 
 const acked: Acked[] = [
   { topic: 't1', id: '1-0', key: '7.0' },
@@ -29,7 +32,7 @@ test('checkSubscription: every acked id of the topic must be there; repeats by i
   const acc = emptyDeliveryCheck();
   // Complete, plus ids that were never acked (warm-up, fence): nothing to report.
   checkSubscription(acc, byTopic, { client: 1, topic: 't1', ids: ['0-1', '1-0', '2-0', '9-0'], keys: ['7.0', '7.1'], wire: ['0-1', '1-0', '2-0', '9-0'] });
-  assert.deepEqual({ ...acc, examples: [] }, { subscriptions: 1, expected: 2, missing: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] });
+  assert.deepEqual({ ...acc, examples: [] }, { subscriptions: 1, expected: 2, missing: 0, missingLost: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] });
   // Missing 2-0; got 1-0 twice; the SDK hid a repeat on the wire.
   checkSubscription(acc, byTopic, { client: 2, topic: 't1', ids: ['1-0', '1-0'], keys: ['7.0', '7.0'], wire: ['1-0', '1-0', '1-0'] });
   assert.equal(acc.missing, 1);
@@ -48,6 +51,17 @@ test('checkSubscription: every acked id of the topic must be there; repeats by i
   assert.ok(merged.examples.length <= 10);
 });
 
+test('checkSubscription: an acked event lost from history and not delivered counts as missingLost, not missing', () => {
+  const byTopic = ackedByTopic(acked);
+  const acc = emptyDeliveryCheck();
+  const lost = new Map([['t1', new Set(['2-0'])]]);
+  checkSubscription(acc, byTopic, { client: 1, topic: 't1', ids: [], keys: [], wire: [] }, lost);
+  assert.equal(acc.missing, 1);
+  assert.equal(acc.missingLost, 1);
+  assert.equal(mergeDeliveryChecks([acc, acc]).missingLost, 2);
+  assert.ok(acc.examples.some((e) => e.includes('2-0 (lost from history)')), acc.examples.join('\n'));
+});
+
 test('checkHistory: acked ids missing from their topic, publishes stored twice, two publishes acked with one id', () => {
   const ok = checkHistory(acked, new Map([
     ['t1', [{ id: '0-1', key: undefined }, { id: '1-0', key: '7.0' }, { id: '2-0', key: '7.1' }]],
@@ -59,8 +73,26 @@ test('checkHistory: acked ids missing from their topic, publishes stored twice, 
     ['t1', [{ id: '1-0', key: '7.0' }, { id: '1-5', key: '7.0' }, { id: '2-0', key: '7.1' }, { id: '3-0', key: '8.0' }]],
   ]));
   assert.equal(bad.lost, 1);
+  assert.deepEqual(bad.lostIds, { t2: ['3-0'] });
+  assert.equal(ok.lostIds, undefined);
   assert.equal(bad.storedTwice, 1);
   assert.equal(bad.sharedIds, 1);
+});
+
+test('recoveryStats: from the kill to the last ack of a publish that waited more than lateMs; acks before the kill left out', () => {
+  const a = (sentAt: number, ackAt: number): Acked => ({ topic: 't', id: `${ackAt}-0`, key: `1.${sentAt}`, sentAt, ackAt });
+  const r = recoveryStats([
+    a(0, 10), // before the kill
+    a(990, 1005), // in flight at the kill, prompt
+    a(995, 4000), // in flight at the kill, delayed: 3005 ms
+    a(1500, 7000), // delayed: 5500 ms, the last delayed ack
+    a(6000, 6100), // prompt
+    a(8000, 8050), // prompt
+    { topic: 't', id: '9-0', key: 'x' }, // no times (an older record): left out
+  ], 1000);
+  assert.deepEqual(r, { lateMs: 1000, delayed: 2, resumeMs: 3000, recoverMs: 6000, maxAckMs: 5500 });
+  assert.deepEqual(recoveryStats([a(2000, 2100)], 1000), { lateMs: 1000, delayed: 0, resumeMs: 0, recoverMs: 0, maxAckMs: 100 });
+  assert.deepEqual(recoveryStats([], 1000, 500), { lateMs: 500, delayed: 0, resumeMs: 0, recoverMs: 0, maxAckMs: 0 });
 });
 
 test('accumulate: a restart (new gen, or a lower value) counts from 0 again; the first poll is the baseline', () => {
@@ -132,7 +164,7 @@ function result(over: Partial<ScenarioResult> = {}): ScenarioResult {
   return {
     scenario: 'rolling', planned: true, clients: 10, connected: 10, wallS: 60, drainRate: 500, acked: 5, unacked: 0, rejected: {},
     history: { acked: 5, lost: 0, storedTwice: 0, sharedIds: 0, examples: [] },
-    delivery: { subscriptions: 20, expected: 50, missing: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] },
+    delivery: { subscriptions: 20, expected: 50, missing: 0, missingLost: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] },
     recoveredFalse: 0, keyedStale: 0, keyedSubscribers: 1, notConnected: 0,
     steps: [{ name: 'drain A', survivors: ['B'], peakArrivalsPerS: 480, clientPeakPerS: 470, closesPeakPerS: 500, closesPeak5sPerS: 490, reconnect: { dropped: 5, back: 5, t50Ms: 4000, t99Ms: 9000, tAllMs: 9000 } }],
     peakRssMiB: { A: 200, B: 210 }, errorLines: { A: 0, B: 0 }, errorExamples: [], findings: [],
@@ -152,8 +184,79 @@ test('violations: lost, duplicates, slow reconnects, and error lines only in pla
   const table = renderTable([result(), result({ scenario: 'kill', planned: false, delivery: { ...result().delivery, missing: 3 } })], b);
   const lines = table.split('\n');
   assert.equal(lines.length, 4);
-  assert.match(lines[2]!, /\| rolling \| 10\/10 \| 5 \| 0 .*drain A: 480 at B \(500\).*drain A: 9\.0 s \(5 dropped\).*A 200 MiB, B 210 MiB.*\| pass \|$/);
-  assert.match(lines[3]!, /\| kill .*\| 3 \(history 0, deliveries 3 of 50\).*FAIL: 3 acknowledged events not delivered/);
+  assert.match(lines[2]!, /\| rolling \| 10\/10 \| 5 \| 0 .*drain A: 480 at B \(500\).*drain A: 9\.0 s \(5 dropped\).*A 200 MiB, B 210 MiB.*\| - \| pass \|$/);
+  assert.match(lines[3]!, /\| kill .*\| 3 \(history 0 of 5, deliveries 3 of 50\).*FAIL: 3 acknowledged events not delivered/);
+});
+
+test('violations: a shard restart always breaks; loss is counted, not failed, where the scenario allows it, and nothing else is excused', () => {
+  const b = { max99Ms: 10_000 };
+  assert.match(violations(result({ planned: false, shardRestarts: { A: 1, B: 0 } }), b).join(), /1 shard threads restarted after a crash \(A 1, B 0\)/);
+  assert.deepEqual(violations(result({ shardRestarts: { A: 0, B: 0 } }), b), []);
+  const lossy = {
+    history: { acked: 5, lost: 2, storedTwice: 0, sharedIds: 0, examples: [] },
+    delivery: { ...result().delivery, missingLost: 7 },
+  };
+  const strict = violations(result({ scenario: 'sentinel', planned: false, ...lossy }), b).join();
+  assert.match(strict, /2 acknowledged publishes missing from history/);
+  assert.match(strict, /7 deliveries of acknowledged events lost from history missing/);
+  const allowed = result({ scenario: 'sentinel-n0', planned: false, lossAllowed: true, ackReplicas: 0, ...lossy });
+  assert.deepEqual(violations(allowed, b), []);
+  assert.equal(lostCell(allowed), '9 (history 2 of 5, deliveries 7 of 50), counted, allowed with WS_REDIS_ACK_REPLICAS=0');
+  assert.equal(lostCell(result()), '0 (history 0 of 5, deliveries 0 of 50)');
+  // Events in history that a subscriber never got, and duplicates, still break it.
+  assert.match(violations({ ...allowed, delivery: { ...allowed.delivery, missing: 1 } }, b).join(), /1 acknowledged events not delivered/);
+  assert.match(violations({ ...allowed, delivery: { ...allowed.delivery, duplicateKeys: 1 } }, b).join(), /1 duplicate deliveries/);
+  assert.match(renderTable([allowed], b), /\| sentinel-n0 \| .*\| 9 \(history 2 of 5, deliveries 7 of 50\), counted, allowed with WS_REDIS_ACK_REPLICAS=0 \|.*\| pass \|$/m);
+});
+
+test('failoverCell and violations: from the kill to the new master, ready nodes, the first and last delayed ack; a node never ready again breaks', () => {
+  const b = { max99Ms: 10_000 };
+  assert.equal(failoverCell(result()), '-');
+  const f = {
+    killed: 'master :1', promoted: ':2', failoverMs: 2345, readyMs: 3500, rejoinedMs: 15_000,
+    recovery: { lateMs: 1000, delayed: 12, resumeMs: 3600, recoverMs: 6100, maxAckMs: 4900 },
+  };
+  assert.equal(failoverCell(result({ failover: f })), 'new master 2.3 s; nodes ready 3.5 s; acks resume 3.6 s, backlog acked 6.1 s (12 delayed > 1 s, longest 4.9 s)');
+  assert.match(failoverCell(result({ failover: { ...f, readyMs: 0 } })), /; nodes ready throughout;/);
+  assert.deepEqual(violations(result({ failover: f }), b), []);
+  assert.match(failoverCell(result({ failover: { ...f, readyMs: NaN } })), /nodes ready not reached/);
+  assert.match(violations(result({ failover: { ...f, readyMs: NaN } }), b).join(), /a node was not ready again/);
+  assert.match(violations(result({ failover: { ...f, rejoinedMs: NaN } }), b).join(), /old master did not rejoin/);
+});
+
+test('scenario setups: the failover scenarios\' Redis and acks; loss allowed only with WS_REDIS_ACK_REPLICAS=0; --ci runs rolling and sentinel', () => {
+  for (const s of ALL_SCENARIOS) {
+    const setup = SETUP[s];
+    assert.ok(setup !== undefined, s);
+    assert.equal(setup.lossAllowed === true, setup.ackReplicas === 0, s);
+  }
+  assert.deepEqual(['rolling', 'kill', 'redis', 'storm'].map((s) => SETUP[s as 'rolling']), Array(4).fill({ redis: 'standalone' }));
+  assert.deepEqual(SETUP.sentinel, { redis: 'sentinel', ackReplicas: 1 });
+  assert.deepEqual(SETUP.cluster, { redis: 'cluster', ackReplicas: 1 });
+  assert.deepEqual(CI_SCENARIOS, ['rolling', 'sentinel']);
+});
+
+test('publishedTopics: the topics some publisher has (every topic at 10k clients, 40 of 50 at 2000)', () => {
+  const roles = { ...defaultConfig(10_000).roles, run: 'x' } satisfies Roles;
+  assert.equal(publishedTopics(roles, 10_000).length, 50);
+  assert.deepEqual(publishedTopics(roles, 2000), Array.from({ length: 40 }, (_, i) => i));
+  assert.deepEqual(publishedTopics(roles, 1), [0]);
+  assert.deepEqual(publishedTopics({ ...roles, publisherEvery: 0 }, 100), []);
+});
+
+test('clusterMasters: the masters serving slots, by port, from CLUSTER NODES; failed masters, replicas and migrating slots left out', () => {
+  const text = [
+    'a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460',
+    'a2 127.0.0.1:7002@17002 master - 0 0 2 connected 5461-10922 [10923->-a3]',
+    'a3 127.0.0.1:7003@17003,host master - 0 0 3 connected 10923-16383',
+    'a4 127.0.0.1:7004@17004 slave a1 0 0 1 connected',
+    'a5 127.0.0.1:7005@17005 master,fail - 0 0 4 disconnected',
+    'a6 127.0.0.1:7006@17006 master - 0 0 5 connected 100 200-300',
+    '',
+  ].join('\n');
+  assert.deepEqual([...clusterMasters(text)], [
+    [7001, [[0, 5460]]], [7002, [[5461, 10922]]], [7003, [[10923, 16383]]], [7006, [[100, 100], [200, 300]]],
+  ]);
 });
 
 const lbOpts = {

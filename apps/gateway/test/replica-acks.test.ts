@@ -24,6 +24,9 @@ async function streamIds(server: RedisServer, topic: string): Promise<string[]> 
 async function follow(): Promise<void> {
   await replica.cli('REPLICAOF', '127.0.0.1', String(master.port));
   await eventually(async () => (await replica.cli('INFO', 'replication')).includes('master_link_status:up'), 10_000);
+  // And the master counts it: a replica is online on the master only after its first acknowledgement following the
+  // sync (its cron sends one a second); a WAIT before that finds no replica.
+  await eventually(async () => /slave0:.*state=online/.test(await master.cli('INFO', 'replication')), 10_000);
 }
 
 before(async () => {

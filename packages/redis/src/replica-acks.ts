@@ -12,7 +12,7 @@
  *   connection would vouch for nothing: it has made no writes, and Redis
  *   answers at once with every replica.
  * - One WAIT covers all earlier writes of its connection: the writes whose
- *   replies arrived in one turn of the event loop share one WAIT, and one
+ *   replies arrived in one read of the socket share one WAIT, and one
  *   WAIT per connection is out at a time (the next collects what arrived
  *   while it was out). The connection should carry nothing else: whatever
  *   else it carries waits behind each WAIT.
@@ -78,8 +78,9 @@ export class ReplicaAcks {
 
   private schedule(mark: AckMark, g: Group): void {
     g.busy = true;
-    // The next turn: the replies that arrived with this one join this WAIT.
-    setImmediate(() => this.send(mark, g));
+    // After the continuations already queued: the replies parsed from the same read (each resolved in order by
+    // ioredis, each resuming its publish before this runs) join this WAIT, without waiting a turn of the loop.
+    queueMicrotask(() => this.send(mark, g));
   }
 
   private send(mark: AckMark, g: Group): void {

@@ -2,10 +2,12 @@
 // the accounting of acknowledged publishes against history and against what
 // each subscriber got, the reconnect arrival rate from polled counters, the
 // time until a share of the dropped clients is back, the time until
-// publishes are acknowledged again after a Redis failover, the verdicts
-// (which scenarios may lose acknowledged events), and the results table.
+// publishes are acknowledged again after a Redis failover, a node's
+// readiness and load-balancer state around a network fault and its publish
+// ack latency, the verdicts (which scenarios may lose acknowledged events,
+// what readiness a fault must show), and the results table.
 
-import { timeToShare } from '../src/lib/series.ts';
+import { percentile, timeToShare } from '../src/lib/series.ts';
 
 
 /** One acknowledged durable publish: its topic, the id the ack carried, and the publish's own key (`<client>.<n>`, also in its data). */
@@ -16,6 +18,8 @@ export interface Acked {
   /** When publish() was called and when its ack came (ms on the run's clock). */
   readonly sentAt?: number;
   readonly ackAt?: number;
+  /** The gateway node id of the socket the ack came on (the first part of its connection id). */
+  readonly node?: string;
 }
 
 /** What one subscriber got on one durable topic. */
@@ -224,6 +228,162 @@ export interface FailoverResult {
   readonly recovery: RecoveryStats;
 }
 
+// ---- a network fault on one node's link to Redis -------------------------------------
+
+/** One poll of something that is up or down (a node's /health/ready, a load balancer's view of a server), at `ms` (when it was asked). */
+export interface StateSample {
+  readonly ms: number;
+  readonly up: boolean;
+}
+
+export interface StateStats {
+  /** Up -> down changes from `from` on (a sample down at or after it whose previous sample was up, or that is the first). */
+  downs: number;
+  /** From `from` until the first sample down at or after it (ms); NaN when none was. */
+  firstDownMs: number;
+  /**
+   * From `to` (the fault's end) until the first sample up after the last one
+   * down (ms): 0 when none was down from `from` on, or when it was up again
+   * before `to`; NaN when the last sample was down.
+   */
+  upAgainMs: number;
+  /** Time down from `from` on: the gaps after each down sample, summed (ms). */
+  downMs: number;
+}
+
+/** Down periods of `samples` (sorted by ms) from `from` on, against a fault from `from` to `to`; see StateStats. Polls every P ms: each time is late by up to P. */
+export function stateStats(samples: readonly StateSample[], from: number, to: number): StateStats {
+  const out: StateStats = { downs: 0, firstDownMs: NaN, upAgainMs: 0, downMs: 0 };
+  let prevUp = true;
+  let lastDown = -1;
+  for (let i = 0; i < samples.length; i++) {
+    const s = samples[i]!;
+    if (s.ms < from) { prevUp = s.up; continue; }
+    if (!s.up) {
+      if (prevUp) out.downs++;
+      if (Number.isNaN(out.firstDownMs)) out.firstDownMs = s.ms - from;
+      lastDown = i;
+      const next = samples[i + 1];
+      if (next !== undefined) out.downMs += next.ms - s.ms;
+    }
+    prevUp = s.up;
+  }
+  if (lastDown >= 0) {
+    const up = samples.slice(lastDown + 1).find((x) => x.up);
+    out.upAgainMs = up === undefined ? NaN : Math.max(0, up.ms - to);
+  }
+  return out;
+}
+
+/** Several views of one thing (a server in each load balancer): the first down of any, the last up again of all (NaN if any is still down), downs summed, the longest time down. */
+export function mergeStateStats(parts: readonly StateStats[]): StateStats {
+  const firsts = parts.map((p) => p.firstDownMs).filter((x) => !Number.isNaN(x));
+  return {
+    downs: parts.reduce((x, p) => x + p.downs, 0),
+    firstDownMs: firsts.length === 0 ? NaN : Math.min(...firsts),
+    upAgainMs: parts.some((p) => Number.isNaN(p.upAgainMs)) ? NaN : Math.max(0, ...parts.map((p) => p.upAgainMs)),
+    downMs: Math.max(0, ...parts.map((p) => p.downMs)),
+  };
+}
+
+export interface LatencyStats {
+  /** Publishes counted. */
+  n: number;
+  /** From publish() to its ack (ms), nearest rank; NaN when none. */
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+}
+
+/** Ack latency of the publishes sent in [from, to) and acked on one of `nodes` (gateway node ids; every node when absent). */
+export function ackLatency(acked: readonly Acked[], from: number, to: number, nodes?: ReadonlySet<string>): LatencyStats {
+  const waits: number[] = [];
+  for (const a of acked) {
+    if (a.sentAt === undefined || a.ackAt === undefined || a.sentAt < from || a.sentAt >= to) continue;
+    if (nodes !== undefined && (a.node === undefined || !nodes.has(a.node))) continue;
+    waits.push(a.ackAt - a.sentAt);
+  }
+  return { n: waits.length, p50Ms: percentile(waits, 0.5), p99Ms: percentile(waits, 0.99), maxMs: waits.length === 0 ? NaN : Math.max(...waits) };
+}
+
+/** What readiness a fault must show, as docs/operations.md ("Readiness and start-up") says it. */
+export interface ReadinessExpectation {
+  /** The node must fail readiness, by this long after the fault began (ms). */
+  readonly unreadyByMs?: number;
+  /** ... and answer 200 again by this long after the fault ended (ms). Without either: only ready again by the step's end. */
+  readonly readyWithinMs?: number;
+  /** The fault must count as an outage (sluice_redis_outages_total of the node grows). */
+  readonly outage?: boolean;
+}
+
+export interface NetFaultResult {
+  /** The node whose link had the fault (`A`). */
+  readonly node: string;
+  /** What was done, for the report: `A's Redis traffic (:6379) dropped both ways`. */
+  readonly what: string;
+  /** How long the fault was on (ms). */
+  readonly faultMs: number;
+  /** The node's /health/ready (polled every 200 ms), against the fault's start and end. */
+  readonly ready: StateStats;
+  /** The node in the load balancers (`show stat`, every 200 ms): any of them first marking it DOWN, all of them UP again. */
+  readonly lb: StateStats;
+  /** The other nodes' readiness failures over the step (none expected: their link was fine). */
+  readonly othersUnready: number;
+  /** sluice_redis_outages_total growth per node over the step. */
+  readonly outages: Readonly<Record<string, number>>;
+  /** Ack latency by node name, of publishes sent before the fault and during it. */
+  readonly ackBefore: Readonly<Record<string, LatencyStats>>;
+  readonly ackDuring: Readonly<Record<string, LatencyStats>>;
+  /** From the fault's start: publishes acked more than 1 s after publish() (the SDK resends after `unavailable`). */
+  readonly recovery: RecoveryStats;
+  readonly expect: ReadinessExpectation;
+  /** Set when the fault did not hold as asked (the delay pump died): what happened. */
+  readonly faultFailure?: string;
+}
+
+/** What a network fault broke of its expectation, as sentences. */
+export function netFaultViolations(f: NetFaultResult): string[] {
+  const out: string[] = [];
+  const n = f.node;
+  if (f.faultFailure !== undefined) out.push(`the fault did not hold: ${f.faultFailure}`);
+  if (Number.isNaN(f.ready.upAgainMs)) out.push(`${n} was not ready again by the end of the step`);
+  if (Number.isNaN(f.lb.upAgainMs)) out.push(`a load balancer still had ${n} DOWN at the end of the step`);
+  const e = f.expect;
+  if (e.unreadyByMs !== undefined) {
+    if (f.ready.downs === 0) out.push(`${n} never failed readiness during the fault (expected by ${fmtS(e.unreadyByMs)})`);
+    else if (f.ready.firstDownMs > e.unreadyByMs) out.push(`${n} failed readiness ${fmtS(f.ready.firstDownMs)} after the fault began (expected by ${fmtS(e.unreadyByMs)})`);
+  }
+  if (e.readyWithinMs !== undefined && f.ready.upAgainMs > e.readyWithinMs) {
+    out.push(`${n} ready again ${fmtS(f.ready.upAgainMs)} after the fault ended (expected within ${fmtS(e.readyWithinMs)})`);
+  }
+  if (e.outage === true && !((f.outages[n] ?? 0) >= 1)) out.push(`the fault did not count as an outage on ${n} (sluice_redis_outages_total)`);
+  return out;
+}
+
+const fmtMs = (x: number): string => (x < 1000 ? `${Math.round(x)} ms` : fmtS(x));
+
+function fmtLatency(l: LatencyStats | undefined): string {
+  if (l === undefined || l.n === 0) return 'none';
+  return `p50 ${fmtMs(l.p50Ms)}, p99 ${fmtMs(l.p99Ms)}, max ${fmtMs(l.maxMs)} (${l.n})`;
+}
+
+/** The fault cell of a network fault: readiness, the load balancers, outages, acks. */
+export function netFaultCell(f: NetFaultResult): string {
+  const r = f.ready;
+  const n = f.node;
+  const ready = r.downs === 0 ? `${n} ready throughout` : `${n} 503 after ${fmtS(r.firstDownMs)}, 200 again ${fmtS(r.upAgainMs)} after the end` +
+    `${r.downs > 1 ? ` (${r.downs} times unready, ${fmtS(r.downMs)} in all)` : ''}`;
+  const lb = f.lb.downs === 0 ? `LBs kept ${n} UP` : `LBs: ${n} DOWN after ${fmtS(f.lb.firstDownMs)}, UP ${fmtS(f.lb.upAgainMs)} after the end` +
+    `${f.lb.downs > 2 ? ` (${f.lb.downs} DOWNs)` : ''}`;
+  const rec = f.recovery;
+  const before = f.ackBefore[n];
+  // A slow link's late acks are no backlog that resumes: the first and the last of them are given from the fault's start.
+  const acks = rec.delayed === 0 ? `no ack later than ${rec.lateMs / 1000} s`
+    : `${rec.delayed} acks later than ${rec.lateMs / 1000} s (longest ${fmtS(rec.maxAckMs)}), from ${fmtS(rec.resumeMs)} to ${fmtS(rec.recoverMs)} after the start`;
+  return `${f.what} for ${fmtS(f.faultMs)}: ${ready}; ${lb}; outages ${perNode(f.outages, String)}; ` +
+    `acks on ${n} during: ${fmtLatency(f.ackDuring[n])}, before: p50 ${before === undefined || before.n === 0 ? '-' : fmtMs(before.p50Ms)}; ${acks}`;
+}
+
 // ---- reconnects --------------------------------------------------------------------
 
 /** When one client's connection ended and when it had one again (ms on the run's clock, ascending). */
@@ -321,6 +481,12 @@ export interface ScenarioResult {
   /** `unavailable` answers the clients got (publishes and joins; the SDK resends). */
   readonly unavailableAnswers?: number;
   readonly failover?: FailoverResult;
+  /** A network fault on one node's link (partition, slowlink). */
+  readonly netFault?: NetFaultResult;
+  /** Error lines break this scenario too (as they do a planned one): the network faults. */
+  readonly errorLinesBreak?: boolean;
+  /** sluice_redis_outages_total per node over the run (polled). */
+  readonly redisOutages?: Readonly<Record<string, number>>;
   /** Clients not connected at the end. */
   readonly notConnected: number;
   readonly findings: readonly string[];
@@ -359,6 +525,8 @@ export function violations(r: ScenarioResult, b: Bounds): string[] {
   }
   const errors = Object.values(r.errorLines).reduce((x, y) => x + y, 0);
   if (r.planned && errors > 0) out.push(`${errors} error lines logged in a planned scenario`);
+  else if (r.errorLinesBreak === true && errors > 0) out.push(`${errors} error lines logged (${perNode(r.errorLines, String)})`);
+  if (r.netFault !== undefined) out.push(...netFaultViolations(r.netFault));
   if (r.failover !== undefined && Number.isNaN(r.failover.readyMs)) out.push('a node was not ready again by the end of the failover step');
   if (r.failover !== undefined && Number.isNaN(r.failover.rejoinedMs)) out.push('the old master did not rejoin as a replica');
   const restarts = Object.values(r.shardRestarts ?? {}).reduce((x, y) => x + y, 0);
@@ -374,8 +542,13 @@ export function lostCell(r: ScenarioResult): string {
   return r.lossAllowed === true && lost > 0 ? `${text}, counted, allowed with WS_REDIS_ACK_REPLICAS=${r.ackReplicas ?? 0}` : text;
 }
 
-/** The failover cell: from the kill to the new master, to both nodes ready, to the first and the last delayed ack (how many, the longest wait). */
+/**
+ * The fault cell: for a failover, from the kill to the new master, to both
+ * nodes ready, to the first and the last delayed ack (how many, the longest
+ * wait); for a network fault, netFaultCell.
+ */
 export function failoverCell(r: ScenarioResult): string {
+  if (r.netFault !== undefined) return netFaultCell(r.netFault);
   const f = r.failover;
   if (f === undefined) return '-';
   const rec = f.recovery;
@@ -396,7 +569,8 @@ function perNode(rec: Readonly<Record<string, number>>, fmt: (v: number) => stri
 /** The results table, one row per scenario, in markdown. */
 export function renderTable(results: readonly ScenarioResult[], b: Bounds): string {
   const head = ['scenario', 'clients', 'acked publishes', 'acked lost', 'duplicates', 'peak arrivals/s at survivor (WS_DRAIN_RATE)',
-    '99% reconnected after', 'peak RSS per node', 'error lines per node', 'Redis failover: from the kill to the new master, ready nodes, acks', 'verdict'];
+    '99% reconnected after', 'peak RSS per node', 'error lines per node',
+    'Redis fault: failover (from the kill to the new master, ready nodes, acks) or a node\'s link (readiness, load balancers, outages, acks)', 'verdict'];
   const rows = results.map((r) => {
     const dups = r.delivery.duplicateIds + r.delivery.duplicateKeys + r.delivery.wireDuplicates + r.history.storedTwice;
     const rate = r.steps.length === 0 ? '-' : r.steps.map((s) => `${s.name}: ${Math.round(s.peakArrivalsPerS)} at ${s.survivors.join('+')}`).join('; ');

@@ -5,6 +5,14 @@
 // ports the harness picked and checked, and two HAProxy processes in front
 // (see haproxy.ts for why two). Every process is started by pid and stopped
 // by pid, also when the run fails or the harness is interrupted.
+//
+// Node A can run in a network namespace of its own (netfault.ts; the
+// partition and slowlink scenarios): it listens on the namespace's address
+// (nsAddr) and reaches Redis on the host end of the veth pair (hostAddr),
+// which the redis-server is told to bind as well; HAProxy, the poller and
+// the harness's own requests reach A at nsAddr. Faults on that link then
+// touch A's traffic and nobody else's. The namespace is made before Redis
+// starts and destroyed when the cluster stops (or a start fails).
 
 import { createWriteStream, mkdirSync, mkdtempSync, readFileSync, rmSync, type WriteStream } from 'node:fs';
 import { createServer } from 'node:net';
@@ -13,8 +21,9 @@ import { join } from 'node:path';
 import {
   startRedis, startRedisCluster, startRedisSentinel, type RedisCluster, type RedisSentinel, type RedisServer,
 } from '@sluice/redis/testing';
-import { metricByLabel, metricSum, parseMetrics, PLAIN_ENV, startGateway, type Gateway } from '@sluice/gateway/testing';
+import { gatewayArgs, metricByLabel, metricSum, parseMetrics, PLAIN_ENV, startGateway, type Gateway } from '@sluice/gateway/testing';
 import { Haproxy } from './haproxy.ts';
+import { NetNs } from './netfault.ts';
 import type { CounterPoll } from '../src/lib/series.ts';
 
 /** Processes to kill if the harness goes away before it stopped them. */
@@ -69,10 +78,26 @@ export class GatewayNode {
   onLine: ((rec: Record<string, unknown>) => void) | undefined;
   /** Every log record and stderr line of every start, when the run keeps the nodes' logs (`logFile`). */
   private logOut: WriteStream | undefined;
+  /** The gateway's node id of each start (`starting sluice`, `node`): the first part of its connection ids. */
+  readonly nodeIds: string[] = [];
 
+  /**
+   * `ns`: the node runs inside that network namespace (`ip netns exec`),
+   * listening on ns.nsAddr; `env` must then give it a REDIS_URL on ns.hostAddr.
+   */
   constructor(readonly name: string, readonly port: number, readonly adminPort: number, private readonly env: Record<string, string>,
-    private readonly logFile?: string) {
+    private readonly logFile?: string, readonly ns?: NetNs) {
     track(this);
+  }
+
+  /** The address the node listens on (both ports): 127.0.0.1, or its namespace's. */
+  get host(): string {
+    return this.ns?.nsAddr ?? '127.0.0.1';
+  }
+
+  /** Its WebSocket URL, straight (not through a load balancer). */
+  get wsUrl(): string {
+    return `ws://${this.host}:${this.port}/ws`;
   }
 
   /** Closes the kept log, if any. */
@@ -100,6 +125,7 @@ export class GatewayNode {
     const onLog = (rec: Record<string, unknown>): void => {
       const line = JSON.stringify(rec);
       this.logOut?.write(`${line}\n`);
+      if (rec['msg'] === 'starting sluice' && typeof rec['node'] === 'string') this.nodeIds.push(rec['node']);
       if (rec['level'] === 'warn' && !String(rec['msg']).startsWith('unknown')) {
         const k = String(rec['msg']);
         this.warnings.set(k, (this.warnings.get(k) ?? 0) + 1);
@@ -118,8 +144,12 @@ export class GatewayNode {
       if (this.stderrExamples.length < 5) this.stderrExamples.push(`${this.name}: ${l.slice(0, 300)}`);
     };
     try {
-      this.gw = await startGateway({ ...this.env, PORT: String(this.port), ADMIN_PORT: String(this.adminPort) },
-        { defaults: PLAIN_ENV, raiseFileLimit: true, timeoutMs, onLog, onStderr });
+      const inNs: Record<string, string> = this.ns === undefined ? {} : { HOST: this.ns.nsAddr, ADMIN_HOST: this.ns.nsAddr };
+      this.gw = await startGateway({ ...this.env, ...inNs, PORT: String(this.port), ADMIN_PORT: String(this.adminPort) }, {
+        defaults: PLAIN_ENV, raiseFileLimit: true, timeoutMs, onLog, onStderr,
+        // ip execs the node in place: the pid, the signals and the IPC channel of the ready message are the node's.
+        ...(this.ns === undefined ? {} : { command: this.ns.command(process.execPath, ...gatewayArgs()) }),
+      });
     } catch (err) {
       throw new Error(`${this.name}: ${(err as Error).message}`, { cause: err });
     }
@@ -161,12 +191,23 @@ export class GatewayNode {
 
   async metrics(timeoutMs = 1000): Promise<string> {
     if (this.gw === undefined) throw new Error(`${this.name} never started`);
-    return this.gw.metrics(timeoutMs);
+    const res = await fetch(`http://${this.host}:${this.adminPort}/metrics`, { signal: AbortSignal.timeout(timeoutMs) });
+    if (res.status !== 200) throw new Error(`${this.name} /metrics: ${res.status}`);
+    return res.text();
+  }
+
+  /** One counter or gauge summed over its labels, from /metrics now (NaN when the node does not answer). */
+  async metric(name: string, timeoutMs = 2000): Promise<number> {
+    try {
+      return metricSum(parseMetrics(await this.metrics(timeoutMs)), name);
+    } catch {
+      return NaN;
+    }
   }
 
   async ready(): Promise<boolean> {
     try {
-      return (await fetch(`http://127.0.0.1:${this.adminPort}/health/ready`, { signal: AbortSignal.timeout(1000) })).status === 200;
+      return (await fetch(`http://${this.host}:${this.adminPort}/health/ready`, { signal: AbortSignal.timeout(1000) })).status === 200;
     } catch {
       return false;
     }
@@ -174,7 +215,7 @@ export class GatewayNode {
 
   /** Server-side publish through the admin API; resolves with the event id (durable). */
   async publish(body: Record<string, unknown>): Promise<string | undefined> {
-    const res = await fetch(`http://127.0.0.1:${this.adminPort}/v1/publish`, {
+    const res = await fetch(`http://${this.host}:${this.adminPort}/v1/publish`, {
       method: 'POST', body: JSON.stringify(body), signal: AbortSignal.timeout(5000), headers: { 'content-type': 'application/json' },
     });
     const text = await res.text();
@@ -201,6 +242,7 @@ export class Poller {
   /** Per node and process (gen): the last sluice_shard_restarts_total and sluice_redis_replica_ack_failures_total seen. */
   private readonly restarts = new Map<string, Map<number, number>>();
   private readonly ackFailures = new Map<string, Map<number, number>>();
+  private readonly outages = new Map<string, Map<number, number>>();
   errors = 0;
   private stopped = false;
   private loop: Promise<void> | undefined;
@@ -211,6 +253,7 @@ export class Poller {
       this.connected.set(n.name, []);
       this.restarts.set(n.name, new Map());
       this.ackFailures.set(n.name, new Map());
+      this.outages.set(n.name, new Map());
     }
   }
 
@@ -222,6 +265,11 @@ export class Poller {
   /** Durable acks whose WAIT for replicas fell short (answered unavailable), per node, summed over its processes. */
   replicaAckFailures(): Record<string, number> {
     return Object.fromEntries([...this.ackFailures].map(([n, byGen]) => [n, [...byGen.values()].reduce((x, y) => x + y, 0)]));
+  }
+
+  /** Times a node lost Redis (sluice_redis_outages_total), per node, summed over its processes (as last polled). */
+  redisOutages(): Record<string, number> {
+    return Object.fromEntries([...this.outages].map(([n, byGen]) => [n, [...byGen.values()].reduce((x, y) => x + y, 0)]));
   }
 
   start(): void {
@@ -244,6 +292,7 @@ export class Poller {
             this.connected.get(n.name)!.push({ ms, value: conn });
             this.restarts.get(n.name)!.set(n.starts, metricSum(samples, 'sluice_shard_restarts_total'));
             this.ackFailures.get(n.name)!.set(n.starts, metricSum(samples, 'sluice_redis_replica_ack_failures_total'));
+            this.outages.get(n.name)!.set(n.starts, metricSum(samples, 'sluice_redis_outages_total'));
           } catch {
             if (n.serving) this.errors++;
           }
@@ -320,6 +369,22 @@ export interface ClusterOptions {
   readonly redis?: RedisTopology;
   /** Keep every node's log records and stderr lines in `<nodeLogs>/<A|B>.log` (the directory is made). */
   readonly nodeLogs?: string;
+  /**
+   * Run node A in a network namespace of its own (netfault.ts: root and
+   * iproute2), its Redis traffic over the namespace's veth pair: `standalone`
+   * Redis only.
+   */
+  readonly nodeAInNetns?: boolean;
+}
+
+/**
+ * Lets a redis-server bound to 127.0.0.1 take connections from `ns` too
+ * (on the host end of its veth pair). A server started again loses it: call
+ * this after every start.
+ */
+export async function bindForNetns(server: RedisServer, ns: NetNs): Promise<void> {
+  const said = (await server.cli('CONFIG', 'SET', 'bind', `127.0.0.1 ${ns.hostAddr}`)).trim();
+  if (said !== 'OK') throw new Error(`redis :${server.port} CONFIG SET bind "127.0.0.1 ${ns.hostAddr}": ${said}`);
 }
 
 /** Redis + two nodes + two HAProxy processes. */
@@ -329,7 +394,15 @@ export class Cluster {
     readonly redisSetup: RedisSetup,
     readonly nodes: readonly [GatewayNode, GatewayNode],
     readonly lbs: readonly [Haproxy, Haproxy],
+    /** Node A's network namespace, when it runs in one. */
+    readonly netns: NetNs | undefined,
   ) {}
+
+  /** Node A's network namespace (a run with nodeAInNetns). */
+  get nsA(): NetNs {
+    if (this.netns === undefined) throw new Error('node A of this run is not in a network namespace');
+    return this.netns;
+  }
 
   get a(): GatewayNode { return this.nodes[0]; }
   get b(): GatewayNode { return this.nodes[1]; }
@@ -358,14 +431,29 @@ export class Cluster {
   }
 
   static async start(o: ClusterOptions, log: (s: string) => void): Promise<Cluster> {
+    if (o.nodeAInNetns === true && (o.redis ?? 'standalone') !== 'standalone') throw new Error(`node A in a network namespace: standalone Redis only, not ${o.redis}`);
     const dir = mkdtempSync(join(tmpdir(), 'sluice-chaos-'));
     const [redisPort, pa, aa, pb, ab, l1, l2] = await pickPorts(7);
     let redis: RedisSetup;
+    let ns: NetNs | undefined;
     try {
+      // The namespace first: Redis can bind the host end's address only once it exists.
+      if (o.nodeAInNetns === true) ns = await NetNs.create('chaos');
       redis = await startRedisSetup(o.redis ?? 'standalone', redisPort!);
     } catch (err) {
+      await ns?.destroy();
       rmSync(dir, { recursive: true, force: true });
       throw err;
+    }
+    if (ns !== undefined && redis.kind === 'standalone') {
+      try {
+        await bindForNetns(redis.server, ns);
+      } catch (err) {
+        await redis.server.stop();
+        await ns.destroy();
+        rmSync(dir, { recursive: true, force: true });
+        throw err;
+      }
     }
     const env: Record<string, string> = {
       HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: String(o.shards), LOG_LEVEL: 'info', ...redisEnv(redis),
@@ -378,16 +466,21 @@ export class Cluster {
     };
     if (o.nodeLogs !== undefined) mkdirSync(o.nodeLogs, { recursive: true });
     const logOf = (n: string): string | undefined => (o.nodeLogs === undefined ? undefined : join(o.nodeLogs, `${n}.log`));
-    const a = new GatewayNode('A', pa!, aa!, env, logOf('A'));
+    const envA = ns === undefined ? env : { ...env, REDIS_URL: `redis://${ns.hostAddr}:${redisPort}` };
+    const a = new GatewayNode('A', pa!, aa!, envA, logOf('A'), ns);
     const b = new GatewayNode('B', pb!, ab!, env, logOf('B'));
-    const servers = [{ name: 'node-a', port: a.port }, { name: 'node-b', port: b.port }];
+    const servers = [
+      // A namespace is reached from the host end's address (a 127/8 source cannot leave loopback).
+      ns === undefined ? { name: 'node-a', port: a.port } : { name: 'node-a', port: a.port, host: ns.nsAddr, source: ns.hostAddr },
+      { name: 'node-b', port: b.port },
+    ];
     const lbOpts = { servers, maxconn: 9000, ulimitN: 19_000, inter: o.haproxyInter, fall: 2, rise: 2 };
     const lbs: [Haproxy, Haproxy] = [
       new Haproxy('lb1', l1!, dir, { ...lbOpts, source: '127.0.0.20' }),
       new Haproxy('lb2', l2!, dir, { ...lbOpts, source: '127.0.0.21' }),
     ];
     for (const l of lbs) track(l);
-    const cluster = new Cluster(dir, redis, [a, b], lbs);
+    const cluster = new Cluster(dir, redis, [a, b], lbs, ns);
     // A start that fails stops what started (Redis too: the next scenario of the run starts its own).
     try {
       // One after the other: each start compiles the gateway under tsx, and two at once on 2 cores only take longer.
@@ -395,7 +488,8 @@ export class Cluster {
       await b.start();
       for (const l of lbs) { await Haproxy.check(l.cfgPath); await l.start(); }
       await cluster.waitUp(['node-a', 'node-b'], 20_000);
-      log(`    cluster: ${describeRedis(redis)}, A :${a.port} (admin :${a.adminPort}), B :${b.port} (admin :${b.adminPort}), lb1 :${l1}, lb2 :${l2}`);
+      const where = ns === undefined ? '' : ` in namespace ${ns.name} at ${ns.nsAddr} (Redis on ${ns.hostAddr})`;
+      log(`    cluster: ${describeRedis(redis)}, A${where} :${a.port} (admin :${a.adminPort}), B :${b.port} (admin :${b.adminPort}), lb1 :${l1}, lb2 :${l2}`);
       return cluster;
     } catch (err) {
       await cluster.stop();
@@ -467,14 +561,22 @@ export class Cluster {
     return `node-${n.name.toLowerCase()}`;
   }
 
+  /** Stops everything, node A's namespace last (also when a stop before it failed). */
   async stop(): Promise<void> {
-    await Promise.all(this.lbs.map((l) => l.stop('SIGTERM')));
-    await Promise.all(this.nodes.map((n) => n.stop(5000)));
-    await Promise.all(this.nodes.map((n) => n.closeLog()));
-    const r = this.redisSetup;
-    await (r.kind === 'standalone' ? r.server.stop() : r.kind === 'sentinel' ? r.group.stop() : r.cluster.stop());
-    for (const l of this.lbs) live.delete(l);
-    for (const n of this.nodes) live.delete(n);
-    rmSync(this.dir, { recursive: true, force: true });
+    try {
+      // A fault still on (a scenario that failed half-way) is lifted first, so that A stops as it would.
+      await this.netns?.clear().catch(() => undefined);
+      await Promise.all(this.lbs.map((l) => l.stop('SIGTERM')));
+      await Promise.all(this.nodes.map((n) => n.stop(5000)));
+      await Promise.all(this.nodes.map((n) => n.closeLog()));
+      const r = this.redisSetup;
+      await (r.kind === 'standalone' ? r.server.stop() : r.kind === 'sentinel' ? r.group.stop() : r.cluster.stop());
+      for (const l of this.lbs) live.delete(l);
+      for (const n of this.nodes) live.delete(n);
+      rmSync(this.dir, { recursive: true, force: true });
+    } finally {
+      // Whatever failed above: the namespace goes (destroy kills what still runs inside).
+      await this.netns?.destroy();
+    }
   }
 }

@@ -14,7 +14,8 @@
 // per subscription), what came on the wire (ids per client over all its
 // sockets, to see duplicates the SDK would hide), when each connection ended
 // and began, every acknowledged publish (with when it was published and
-// acked), and the `unavailable` answers its clients got (the SDK resends
+// acked, and the node whose socket carried the ack: the first part of the
+// connection id of the client's latest welcome), and the `unavailable` answers its clients got (the SDK resends
 // without saying so). The orchestrator (`Fleet`) asks
 // over IPC; every request has a timeout, and a child exits when the
 // orchestrator goes away or after its lifetime.
@@ -124,6 +125,8 @@ interface Held {
   joins: string[];
   downs: number[];
   ups: number[];
+  /** The gateway node id of the latest welcome (connection ids are `<node>.<shard>.<generation>.<seq>`). */
+  node: string | undefined;
   publisher: { topic: string; n: number; nextAt: number } | undefined;
   keyedPublisher: { topic: string; n: number; nextAt: number } | undefined;
 }
@@ -169,6 +172,11 @@ class Clients {
           const s = data.toString();
           if (!s.includes('"type":"event"')) {
             if (s.includes('"reason":"unavailable"')) unavailable();
+            else if (s.startsWith('{"type":"welcome"')) {
+              const held = h();
+              const id = /"connectionId":"([^".]+)\./.exec(s)?.[1];
+              if (held !== undefined && id !== undefined) held.node = id;
+            }
             return;
           }
           const d = decodeServerFrame(s);
@@ -235,7 +243,7 @@ class Clients {
   private start(index: number, urls: string[], roles: Roles): Promise<string | undefined> {
     const ref: { h?: Held } = {};
     const client = new SluiceClient({ url: urls, WebSocket: this.ctor(CLIENT_SOURCES[index % CLIENT_SOURCES.length]!, () => ref.h) });
-    const h: Held = { index, client, subs: [], keyed: undefined, wire: new Map(), sockets: 0, joins: [], downs: [], ups: [], publisher: undefined, keyedPublisher: undefined };
+    const h: Held = { index, client, subs: [], keyed: undefined, wire: new Map(), sockets: 0, joins: [], downs: [], ups: [], node: undefined, publisher: undefined, keyedPublisher: undefined };
     ref.h = h;
     this.held.push(h);
     const readies: Promise<unknown>[] = [];
@@ -310,7 +318,7 @@ class Clients {
           const sentAt = Math.round(this.now());
           h.client.publish(p.topic, { p: h.index, n }, { idempotencyKey: `${roles.run}.${key}` }).then((ack) => {
             this.pending--;
-            if (ack.id !== undefined) this.acked.push({ topic: p.topic, id: ack.id, key, sentAt, ackAt: Math.round(this.now()) });
+            if (ack.id !== undefined) this.acked.push({ topic: p.topic, id: ack.id, key, sentAt, ackAt: Math.round(this.now()), node: h.node });
             else this.count(this.rejected, 'acked without id');
           }, (err: { code?: string }) => { this.pending--; this.count(this.rejected, String(err.code)); });
         }

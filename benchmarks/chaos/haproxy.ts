@@ -14,10 +14,28 @@ import { requireSystemDep, systemDepError } from '../../tools/system-deps.mjs';
 
 export const DEPLOY_CFG = join(REPO_ROOT, 'deploy/haproxy/haproxy.cfg');
 
+/** One backend server: a node on `host` (127.0.0.1 when absent), with its own source address when set. */
+export interface HaproxyServer {
+  readonly name: string;
+  readonly port: number;
+  /**
+   * The node's address: a node in a network namespace listens on the
+   * namespace's end of its veth pair (netfault.ts), not on loopback.
+   */
+  readonly host?: string;
+  /**
+   * Source address of the connections to this server, instead of the
+   * backend's: a loopback source cannot reach a namespace (the packets
+   * would leave the host with a 127/8 source), so such a server gets the
+   * host end's address.
+   */
+  readonly source?: string;
+}
+
 export interface HaproxyOptions {
   readonly bindPort: number;
-  readonly servers: ReadonlyArray<{ readonly name: string; readonly port: number }>;
-  /** Source address of the connections to the nodes (and of the checks). */
+  readonly servers: ReadonlyArray<HaproxyServer>;
+  /** Source address of the connections to the nodes (and of the checks), unless a server has its own. */
   readonly source: string;
   /** Connections this process takes at once; it needs two descriptors per proxied connection. */
   readonly maxconn: number;
@@ -39,7 +57,8 @@ function replaceOnce(text: string, re: RegExp, by: string, what: string): string
  * The run's configuration: the deploy file with its global `maxconn` sized to
  * the fd limit (and `ulimit-n`, a stats socket), the frontend on the run's
  * port adding `X-Forwarded-For` (the nodes run with WS_TRUST_PROXY=1), the
- * backend with the run's servers, its source address, a redispatch of a
+ * backend with the run's servers (each on its address, a namespace's with
+ * a source address of its own), its source address, a redispatch of a
  * failed connect to the other node, shorter checks, and the check on
  * /health/ready the deploy file's (HTTP/1.1 with a Host header). Balance,
  * the expected status and the timeouts are the deploy file's.
@@ -60,7 +79,7 @@ export function haproxyConfig(base: string, o: HaproxyOptions): string {
   const servers = [...c.matchAll(/^ {4}server .*$/gm)];
   if (servers.length === 0) throw new Error('deploy/haproxy/haproxy.cfg changed shape: no server lines');
   c = c.replace(/^ {4}server .*\n?/gm, '');
-  c = `${c.trimEnd()}\n${o.servers.map((s) => `    server ${s.name} 127.0.0.1:${s.port} check`).join('\n')}\n`;
+  c = `${c.trimEnd()}\n${o.servers.map((s) => `    server ${s.name} ${s.host ?? '127.0.0.1'}:${s.port} check${s.source === undefined ? '' : ` source ${s.source}`}`).join('\n')}\n`;
   return `# Made by benchmarks/chaos from deploy/haproxy/haproxy.cfg for one run.\n${c}`;
 }
 

@@ -6,6 +6,7 @@
 //   node --import tsx chaos/main.ts --ci               rolling restart and Sentinel failover, 2000 clients; writes runs/<time>-chaos-ci.*; exit 1 on a broken invariant
 //   node --import tsx chaos/main.ts --scenarios kill,redis --clients 4000
 //   node --import tsx chaos/main.ts --scenarios sentinel,sentinel-n0,cluster,cluster-n0 --clients 2000
+//   node --import tsx chaos/main.ts --scenarios partition,slowlink --clients 2000   (root: node A in a network namespace)
 
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -16,9 +17,11 @@ import { BENCH_ROOT, REPO_ROOT } from '../src/lib/spawn.ts';
 import { machineInfo, openFileLimit } from '../src/lib/proc.ts';
 
 const HELP = `pnpm chaos [options]     (from benchmarks/: node --import tsx chaos/main.ts [options])
+       pnpm chaos soak [options]: 10k clients with churn and drains of B for 30 min, memory slopes (not in CI; soak --help)
   --scenarios a,b     of ${ALL_SCENARIOS.join(', ')} (default: all)
                       sentinel*: a Sentinel group (master, 2 replicas, 3 sentinels); cluster*: a Redis Cluster (3 masters, 3 replicas);
                       the others: one redis-server. *-n0: WS_REDIS_ACK_REPLICAS=0, acked events lost are counted, not failed
+                      partition, slowlink: node A in a network namespace (root and iproute2), its Redis traffic cut for 20 s / slowed
   --clients N         SDK clients (default 10000; --ci: 2000)
   --procs N           client processes (default: clients / 2500, at least 2)
   --shards N          WS_WORKERS of each node (default 2)
@@ -101,6 +104,10 @@ function report(results: readonly ScenarioResult[], cfg: ChaosConfig, bounds: Bo
     'served by the replica, and it saying role:master; polled every 100 ms); until both nodes answered /health/ready 200 again; until the first ' +
     '(acks resume) and the last (backlog acked) ack of a publish delayed by the fault, one acked more than 1 s after publish() (the SDK resends after ' +
     'unavailable with a growing jittered wait, up to 30 s): after the last, every publish was acked within 1 s. ' +
+    'A fault on node A\'s link to Redis (partition, slowlink; A in a network namespace), from /health/ready and each load balancer\'s view of A polled ' +
+    'every 200 ms: when A first answered 503 after the fault began and 200 again after it ended (how often it was unready), the same for HAProxy marking ' +
+    'A DOWN and UP, sluice_redis_outages_total per node over the step, A\'s publish ack latency during the fault (before it: p50), and the delayed acks ' +
+    'from the fault\'s start as above. ' +
     'Where a scenario allows loss (WS_REDIS_ACK_REPLICAS=0), acked publishes lost are counted in the table and do not fail it.', '',
   ];
   for (const x of results) {
@@ -150,7 +157,9 @@ async function main(): Promise<void> {
 
 process.on('SIGINT', () => process.exit(130));
 process.on('SIGTERM', () => process.exit(143));
-main().then(() => process.exit(process.exitCode ?? 0), (err: unknown) => {
+// `pnpm chaos soak [options]`: the soak (chaos/soak.ts, its own --help).
+const soak = async (): Promise<void> => { process.exitCode = await (await import('./soak.ts')).soakMain(process.argv.slice(3)); };
+(process.argv[2] === 'soak' ? soak() : main()).then(() => process.exit(process.exitCode ?? 0), (err: unknown) => {
   console.error((err as Error).stack ?? String(err));
   process.exit(2);
 });

@@ -5,7 +5,8 @@
 // fence on every topic, and then checks: every acked publish is in history
 // once and reached every subscriber once (where a scenario allows loss, the
 // acked publishes lost are counted instead). Everything it started is
-// stopped in the end, whatever happened.
+// stopped in the end, whatever happened (node A's network namespace, in the
+// network-fault scenarios, too).
 
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -13,14 +14,16 @@ import { topicKey, topicRedisKeys } from '@sluice/core';
 import { Client } from '@sluice/gateway/testing';
 import type { RedisServer } from '@sluice/redis/testing';
 import {
-  ackedByTopic, checkHistory, mergeDeliveryChecks, reconnectStats, recoveryStats, type FailoverResult, type HistoryEvent, type ScenarioResult, type StepResult,
+  ackedByTopic, ackLatency, checkHistory, mergeDeliveryChecks, mergeStateStats, reconnectStats, recoveryStats, stateStats,
+  type FailoverResult, type HistoryEvent, type LatencyStats, type NetFaultResult, type ReadinessExpectation, type ScenarioResult, type StateSample, type StepResult,
 } from './analysis.ts';
 import { accumulate, peakInWindow, peakRate, sumSeries, type CounterPoll } from '../src/lib/series.ts';
 import { Cluster, describeRedis, type GatewayNode, Poller, type RedisTopology } from './cluster.ts';
 import { durableTopic, Fleet, keyedTopic, publishedTopics, type Roles, type Status } from './fleet.ts';
+import type { SlowLinkOptions } from './netfault.ts';
 
-export type ScenarioName = 'rolling' | 'kill' | 'redis' | 'storm' | 'sentinel' | 'sentinel-n0' | 'cluster' | 'cluster-n0';
-export const ALL_SCENARIOS: readonly ScenarioName[] = ['rolling', 'kill', 'redis', 'storm', 'sentinel', 'sentinel-n0', 'cluster', 'cluster-n0'];
+export type ScenarioName = 'rolling' | 'kill' | 'redis' | 'storm' | 'sentinel' | 'sentinel-n0' | 'cluster' | 'cluster-n0' | 'partition' | 'slowlink';
+export const ALL_SCENARIOS: readonly ScenarioName[] = ['rolling', 'kill', 'redis', 'storm', 'sentinel', 'sentinel-n0', 'cluster', 'cluster-n0', 'partition', 'slowlink'];
 
 export const DESCRIBE: Readonly<Record<ScenarioName, string>> = {
   rolling: 'rolling restart: SIGTERM A (drain), start A, then the same for B',
@@ -33,6 +36,10 @@ export const DESCRIBE: Readonly<Record<ScenarioName, string>> = {
   cluster: 'Redis Cluster (3 masters, a replica each), WS_REDIS_ACK_REPLICAS=1: the master serving the most published topics SIGKILLed under publishing; ' +
     'after its replica took over, it is started again and rejoins as that replica\'s replica (until then its slots have no replica to confirm an ack: unavailable, the SDK resends)',
   'cluster-n0': 'the same as cluster with WS_REDIS_ACK_REPLICAS=0: acknowledged events the failover loses are counted and reported, not failed',
+  partition: 'node A in a network namespace (a veth pair to the host): its Redis traffic dropped both ways (silence, no reset) for 20 s under publishing, then restored; ' +
+    'A must fail readiness 3 to 5 s after the cut and be ready about 1 s after the link is back (docs/operations.md), its clients stay connected',
+  slowlink: 'node A in a network namespace: its Redis traffic slowed, 200 ms delay and 5% loss in each direction, for 40 s under publishing, then cleared; ' +
+    'A may reconnect (a PING unanswered for 2 s): outages and readiness flaps counted, A ready at the end',
 };
 
 export interface ScenarioSetup {
@@ -41,6 +48,8 @@ export interface ScenarioSetup {
   readonly ackReplicas?: number;
   /** Acknowledged events may be lost: counted and reported, no violation (analysis.ts `violations`). */
   readonly lossAllowed?: boolean;
+  /** Node A runs in a network namespace (netfault.ts: root and iproute2 needed), for a fault on its link to Redis. */
+  readonly nodeAInNetns?: boolean;
 }
 
 export const SETUP: Readonly<Record<ScenarioName, ScenarioSetup>> = {
@@ -52,6 +61,8 @@ export const SETUP: Readonly<Record<ScenarioName, ScenarioSetup>> = {
   'sentinel-n0': { redis: 'sentinel', ackReplicas: 0, lossAllowed: true },
   cluster: { redis: 'cluster', ackReplicas: 1 },
   'cluster-n0': { redis: 'cluster', ackReplicas: 0, lossAllowed: true },
+  partition: { redis: 'standalone', nodeAInNetns: true },
+  slowlink: { redis: 'standalone', nodeAInNetns: true },
 };
 
 /** The scenarios `--ci` runs. */
@@ -69,6 +80,14 @@ export interface ChaosConfig {
   /** Redis failovers: how long the kit may take to see the new master, and how long publishing goes on after it before the old master starts again. */
   readonly failoverWaitMs: number;
   readonly afterFailoverMs: number;
+  /** partition: how long A's Redis traffic is dropped, and the readiness it must show (see `partitionExpect`). */
+  readonly partitionMs: number;
+  readonly partitionExpect: ReadinessExpectation;
+  /** slowlink: the fault on A's Redis traffic (its port is the run's Redis), and how long it holds. */
+  readonly slowLink: Required<Pick<SlowLinkOptions, 'delayMs' | 'lossPct' | 'directions'>> & { readonly ms: number };
+  /** Network faults: publishing before the fault (the baseline of ack latency), and watching after the node is back (late flaps). */
+  readonly netBaselineMs: number;
+  readonly netAfterMs: number;
   readonly roles: Omit<Roles, 'run'>;
   /** Bound on the time until 99% of a step's dropped clients are back. */
   readonly max99Ms: number;
@@ -81,6 +100,15 @@ export function defaultConfig(clients: number): ChaosConfig {
   return {
     clients, procs: Math.max(2, Math.ceil(clients / 2500)), shards: 2, concurrency: 100, drainRate: 500, redisDownMs: 10_000,
     failoverWaitMs: 30_000, afterFailoverMs: 3000,
+    // docs/operations.md: a node cut from Redis fails readiness 3 to 5 s after the cut (a PING each second, dropped after 2 s
+    // without a reply) and is ready within about a second of the link's return. Polled every 200 ms: 1 s of slack on the first,
+    // 2 s on the second (the polls, and the reconnect's own timing).
+    partitionMs: 20_000,
+    partitionExpect: { unreadyByMs: 6000, readyWithinMs: 3000, outage: true },
+    // netem on A's interface would delay and lose only A -> Redis; a slow link is slow both ways: 200 ms and 5% in each
+    // direction (a round trip 400 ms longer, replies and pub/sub traffic lost too), the harder of the two.
+    slowLink: { delayMs: 200, lossPct: 5, directions: 'both', ms: 40_000 },
+    netBaselineMs: 5000, netAfterMs: 5000,
     roles: {
       // 50 durable topics, two per client: ~400 subscribers a topic at 10k clients.
       topics: 50, topicsPerClient: 2,
@@ -107,7 +135,8 @@ async function until(check: () => Promise<boolean> | boolean, ms: number, everyM
 
 /** Every event of `topic` in history, read by a plain socket straight to a node joining with since 0-0. */
 async function readHistory(node: GatewayNode, topic: string, trimmed: string[]): Promise<HistoryEvent[]> {
-  const c = await Client.connect(`ws://127.0.0.1:${node.port}/ws`, { localAddress: '127.0.0.10' });
+  // From a loopback address of its own (not the clients'); a node in a namespace is reached from the host end of its link.
+  const c = await Client.connect(node.wsUrl, node.ns === undefined ? { localAddress: '127.0.0.10' } : {});
   try {
     const reply = await c.request({ type: 'join', topic, since: '0-0' }, 10_000);
     if (reply['status'] !== 'ok') throw new Error(`history of ${topic}: ${JSON.stringify(reply)}`);
@@ -154,6 +183,8 @@ interface Ctx {
   findings: string[];
   /** Set by a Redis failover: when the master was killed, and what the failover took (the recovery is computed from the acks in the end). */
   failover?: Omit<FailoverResult, 'recovery'> & { killedAt: number };
+  /** Set by a network fault: what it did and when (the ack latency and recovery are computed from the acks in the end). */
+  netFault?: Omit<NetFaultResult, 'ackBefore' | 'ackDuring' | 'recovery'> & { from: number; to: number };
 }
 
 /** Waits until every client is open again, or 99% have been for 5 s, or the bound from `from` runs out. */
@@ -251,6 +282,120 @@ async function redisFailover(ctx: Ctx, t: FailoverTarget): Promise<StepWindow[]>
   } finally {
     watching = false;
     await watch;
+  }
+}
+
+/** Readiness of every node and the load balancers' view of one server, polled every `everyMs` until stopped; changes are logged. */
+function watchStates(ctx: Ctx, server: string, everyMs = 200): { stop(): Promise<{ ready: Map<string, StateSample[]>; lb: Map<string, StateSample[]> }> } {
+  const ready = new Map<string, StateSample[]>(ctx.cluster.nodes.map((n) => [n.name, []]));
+  const lb = new Map<string, StateSample[]>(ctx.cluster.lbs.map((l) => [l.name, []]));
+  const said = new Map<string, string>();
+  const note = (who: string, state: string, at: number): void => {
+    if (said.has(who) && said.get(who) !== state) ctx.log(`      ${fmtS(at)}: ${who} ${state}`);
+    said.set(who, state);
+  };
+  let watching = true;
+  const loop = (async () => {
+    while (watching) {
+      const asked = ctx.now();
+      await Promise.all([
+        ...ctx.cluster.nodes.map(async (n) => {
+          const up = await n.ready();
+          ready.get(n.name)!.push({ ms: asked, up });
+          note(`${n.name} /health/ready`, up ? '200' : 'not 200', asked);
+        }),
+        ...ctx.cluster.lbs.map(async (l) => {
+          // A stats socket that does not answer is no sample.
+          const st = (await l.servers().catch(() => ({} as Record<string, string>)))[server];
+          if (st === undefined) return;
+          lb.get(l.name)!.push({ ms: asked, up: st.startsWith('UP') });
+          note(`${l.name} ${server}`, st.startsWith('UP') ? 'UP' : 'DOWN', asked);
+        }),
+      ]);
+      await sleep(Math.max(0, everyMs - (ctx.now() - asked)));
+    }
+  })();
+  return {
+    async stop() {
+      watching = false;
+      await loop;
+      return { ready, lb };
+    },
+  };
+}
+
+interface LinkFault {
+  /** For the report: `A's Redis traffic (:6379) dropped both ways`. */
+  readonly what: string;
+  readonly name: string;
+  readonly apply: () => Promise<void>;
+  readonly lift: () => Promise<void>;
+  readonly holdMs: number;
+  readonly expect: ReadinessExpectation;
+  /** Read just before the fault is lifted: why it did not hold as asked, if it did not. */
+  readonly failure?: () => string | undefined;
+}
+
+/**
+ * A fault on node A's link under publishing: a baseline, the fault for
+ * `holdMs`, lifted, then until A is ready and UP in both load balancers
+ * (bounded), and `netAfterMs` more for late flaps. Readiness of both nodes
+ * and A's state in each load balancer are polled every 200 ms throughout,
+ * and each node's sluice_redis_outages_total read before and after.
+ */
+async function linkFault(ctx: Ctx, f: LinkFault): Promise<StepWindow[]> {
+  const { a } = ctx.cluster;
+  const nodes = ctx.cluster.nodes;
+  const outages = async (): Promise<number[]> => Promise.all(nodes.map((n) => n.metric('sluice_redis_outages_total')));
+  const before = await outages();
+  const watch = watchStates(ctx, Cluster.serverName(a));
+  let stopped = false;
+  try {
+    await sleep(ctx.cfg.netBaselineMs);
+    const from = ctx.now();
+    await f.apply();
+    ctx.log(`    ${f.what} (${fmtS(from)})`);
+    await sleep(Math.max(0, f.holdMs - (ctx.now() - from)));
+    const failure = f.failure?.();
+    // The fault ends when its lifting begins (slowLink's clear takes the loss off first, then lets the pump deliver what it holds).
+    const to = ctx.now();
+    await f.lift();
+    ctx.log(`    fault lifted after ${fmtS(to - from)} (lifting took ${fmtS(ctx.now() - to)})${failure === undefined ? '' : `; it did not hold: ${failure}`}`);
+    if (!(await until(() => a.ready(), 60_000, 200))) ctx.findings.push(`A was not ready 60 s after the fault was lifted; Redis then: ${await ctx.cluster.redisState()}`);
+    else ctx.log(`    A ready ${fmtS(ctx.now() - to)} after the lifting began`);
+    try {
+      await ctx.cluster.waitUp(['node-a', 'node-b'], 30_000);
+    } catch (e) {
+      ctx.findings.push((e as Error).message);
+    }
+    await sleep(ctx.cfg.netAfterMs);
+    const states = await watch.stop();
+    stopped = true;
+    const after = await outages();
+    await waitBack(ctx, from, 'after the fault');
+    const lbStats = [...states.lb.values()].map((x) => stateStats(x, from, to));
+    const othersUnready = nodes.filter((n) => n !== a).reduce((k, n) => k + stateStats(states.ready.get(n.name)!, from, to).downs, 0);
+    ctx.netFault = {
+      node: a.name, what: f.what, faultMs: to - from, from, to,
+      ready: stateStats(states.ready.get(a.name)!, from, to),
+      lb: mergeStateStats(lbStats),
+      othersUnready,
+      outages: Object.fromEntries(nodes.map((n, i) => [n.name, after[i]! - before[i]!])),
+      expect: f.expect,
+      ...(failure === undefined ? {} : { faultFailure: failure }),
+    };
+    const lbText = [...states.lb.keys()].map((l, i) => {
+      const x = lbStats[i]!;
+      return `${l}: ${x.downs} DOWN${x.downs === 0 ? '' : `, first ${fmtS(x.firstDownMs)} after the start, UP again ${fmtS(x.upAgainMs)} after the end, ${fmtS(x.downMs)} DOWN`}`;
+    }).join('; ');
+    const r = ctx.netFault.ready;
+    ctx.findings.push(`network fault: ${f.what} for ${fmtS(to - from)}; A /health/ready: ${r.downs} times not 200` +
+      `${r.downs === 0 ? '' : `, first ${fmtS(r.firstDownMs)} after the start, 200 again ${fmtS(r.upAgainMs)} after the end, ${fmtS(r.downMs)} not ready in all`}; ` +
+      `B /health/ready: ${othersUnready} times not 200; load balancers (node-a): ${lbText}; ` +
+      `sluice_redis_outages_total over the step: ${JSON.stringify(ctx.netFault.outages)}`);
+    return [{ name: f.name, survivors: ['A', 'B'], from, to: ctx.now() }];
+  } finally {
+    if (!stopped) await watch.stop();
   }
 }
 
@@ -363,6 +508,25 @@ const SCRIPTS: Readonly<Record<ScenarioName, (ctx: Ctx) => Promise<StepWindow[]>
   async 'cluster-n0'(ctx) {
     return redisFailover(ctx, await clusterTarget(ctx));
   },
+  async partition(ctx) {
+    const ns = ctx.cluster.nsA;
+    const port = ctx.cluster.redis.port;
+    return linkFault(ctx, {
+      what: `A's Redis traffic (:${port}) dropped both ways`, name: 'cut A from Redis',
+      apply: () => ns.dropPort(port), lift: () => ns.restore(), holdMs: ctx.cfg.partitionMs, expect: ctx.cfg.partitionExpect,
+    });
+  },
+  async slowlink(ctx) {
+    const ns = ctx.cluster.nsA;
+    const port = ctx.cluster.redis.port;
+    const s = ctx.cfg.slowLink;
+    const dirs = s.directions === 'both' ? 'each way' : s.directions === 'toHost' ? 'from A to Redis' : 'from Redis to A';
+    return linkFault(ctx, {
+      what: `A's Redis traffic (:${port}) slowed, ${s.delayMs} ms and ${s.lossPct}% loss ${dirs}`, name: 'slow A\'s link',
+      apply: () => ns.slowLink({ delayMs: s.delayMs, lossPct: s.lossPct, port, directions: s.directions }),
+      lift: () => ns.clear(), holdMs: s.ms, expect: {}, failure: () => ns.pumpFailure,
+    });
+  },
 };
 
 async function sentinelFailover(ctx: Ctx): Promise<StepWindow[]> {
@@ -384,6 +548,8 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
   const base = {
     scenario: name, planned: name === 'rolling', clients: cfg.clients, drainRate: cfg.drainRate,
     lossAllowed: setup.lossAllowed === true, ackReplicas: setup.ackReplicas,
+    // A fault on one node's link is no crash: nothing in it excuses an error line.
+    ...(setup.nodeAInNetns === true ? { errorLinesBreak: true } : {}),
   };
   let redisText: string = setup.redis;
   // Known once the clients connected (a run that fails later still says how many did).
@@ -396,8 +562,11 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     if (setup.ackReplicas !== undefined) env['WS_REDIS_ACK_REPLICAS'] = String(setup.ackReplicas);
     cluster = await Cluster.start({
       shards: cfg.shards, env, haproxyInter: cfg.haproxyInter, redis: setup.redis, nodeLogs: cfg.nodeLogs === undefined ? undefined : join(cfg.nodeLogs, run),
+      nodeAInNetns: setup.nodeAInNetns,
     }, log);
-    redisText = `${describeRedis(cluster.redisSetup)}${setup.ackReplicas === undefined ? '' : `; WS_REDIS_ACK_REPLICAS=${setup.ackReplicas}`}`;
+    const ns = cluster.netns;
+    redisText = `${describeRedis(cluster.redisSetup)}${setup.ackReplicas === undefined ? '' : `; WS_REDIS_ACK_REPLICAS=${setup.ackReplicas}`}` +
+      `${ns === undefined ? '' : `; node A in network namespace ${ns.name} (A at ${ns.nsAddr}, Redis reached at ${ns.hostAddr})`}`;
     poller = new Poller(cluster.nodes, now);
     poller.start();
     fleet = await Fleet.start(cfg.clients, cfg.procs);
@@ -461,8 +630,21 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
         `${rec.delayed} publishes acked more than ${rec.lateMs / 1000} s after publish(), the first of them ${fmtS(rec.resumeMs)} after the kill, ` +
         `the last ${fmtS(rec.recoverMs)} after it (the longest wait ${fmtS(rec.maxAckMs)})`);
     }
+    let netFault: NetFaultResult | undefined;
+    if (ctx.netFault !== undefined) {
+      const { from, to, ...rest } = ctx.netFault;
+      const byNode = (lo: number, hi: number): Record<string, LatencyStats> =>
+        Object.fromEntries(c.nodes.map((n) => [n.name, ackLatency(acked, lo, hi, new Set(n.nodeIds))]));
+      netFault = { ...rest, ackBefore: byNode(-Infinity, from), ackDuring: byNode(from, to), recovery: recoveryStats(acked, from) };
+      const lat = (l: LatencyStats): string => (l.n === 0 ? 'none' : `p50 ${Math.round(l.p50Ms)} ms, p99 ${Math.round(l.p99Ms)} ms, max ${Math.round(l.maxMs)} ms (${l.n})`);
+      const rec = netFault.recovery;
+      findings.push(`publish ack latency by node: ${c.nodes.map((n) => `${n.name} before the fault ${lat(netFault!.ackBefore[n.name]!)}, during it ${lat(netFault!.ackDuring[n.name]!)}`).join('; ')}; ` +
+        `acked without a node: ${acked.filter((x) => x.node === undefined).length}; ` +
+        `${rec.delayed} publishes acked more than ${rec.lateMs / 1000} s after publish() from the fault on${rec.delayed === 0 ? '' : `, the first ${fmtS(rec.resumeMs)} after its start, the last ${fmtS(rec.recoverMs)} after it`}`);
+    }
+    const redisOutages = poller.redisOutages();
     findings.push(`unavailable answers seen by clients: ${extras.unavailable}; replica-ack (WAIT) shortfalls per node: ${JSON.stringify(replicaAckFailures)}; ` +
-      `shard restarts per node: ${JSON.stringify(shardRestarts)}`);
+      `shard restarts per node: ${JSON.stringify(shardRestarts)}; Redis outages per node (sluice_redis_outages_total): ${JSON.stringify(redisOutages)}`);
     if (hist.lost > 0) findings.push(`acked lost: ${hist.lost} of ${acked.length} acknowledged publishes not in history${setup.lossAllowed === true ? ` (allowed with WS_REDIS_ACK_REPLICAS=${setup.ackReplicas ?? 0}: counted, not failed)` : ''}; ` +
       `${delivery.missingLost} (subscriber, lost event) pairs undelivered`);
     for (const n of c.nodes) if (n.warnings.size > 0) findings.push(`${n.name} warnings: ${JSON.stringify(Object.fromEntries(n.warnings))}`);
@@ -488,7 +670,7 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
       peakRssMiB: Object.fromEntries(c.nodes.map((n) => [n.name, n.peakRssBytes / 2 ** 20])),
       errorLines: Object.fromEntries(c.nodes.map((n) => [n.name, n.errorLines])),
       errorExamples: c.nodes.flatMap((n) => n.errorExamples),
-      shardRestarts, replicaAckFailures, unavailableAnswers: extras.unavailable, failover,
+      shardRestarts, replicaAckFailures, unavailableAnswers: extras.unavailable, failover, netFault, redisOutages,
       findings,
       notable: c.nodes.flatMap((n) => n.notable.map((l) => `${n.name}: ${l}`)),
     };

@@ -1,8 +1,10 @@
 // The chaos harness's own pure pieces: the invariant checker (lost and
 // duplicate accounting, loss counted apart where a scenario allows it), the
 // arrival-rate bucketing and peaks, reconnect times, the recovery after a
-// Redis failover, the verdicts, the HAProxy configuration made from the
-// deploy file, the choice of topics and Cluster masters.
+// Redis failover, readiness and load-balancer states around a network
+// fault and ack latency by node, the verdicts, the HAProxy configuration made
+// from the deploy file (a node in a network namespace too), the choice of
+// topics and Cluster masters, the network-fault scenarios' settings.
 // The full cluster run is the CI step `pnpm chaos:ci`.
 
 import { test } from 'node:test';
@@ -12,8 +14,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  ackedByTopic, checkHistory, checkSubscription, emptyDeliveryCheck, failoverCell, lostCell, mergeDeliveryChecks, reconnectStats, recoveryStats, renderTable, violations,
-  type Acked, type ScenarioResult,
+  ackedByTopic, ackLatency, checkHistory, checkSubscription, emptyDeliveryCheck, failoverCell, lostCell, mergeDeliveryChecks, mergeStateStats, netFaultCell,
+  netFaultViolations, reconnectStats, recoveryStats, renderTable, stateStats, violations,
+  type Acked, type NetFaultResult, type ScenarioResult,
 } from '../chaos/analysis.ts';
 import { accumulate, bucketGrowth, peakInWindow, peakRate, sumSeries, timeToShare } from '../src/lib/series.ts';
 import { requireSystemDep } from '../../tools/system-deps.mjs';
@@ -236,6 +239,106 @@ test('scenario setups: the failover scenarios\' Redis and acks; loss allowed onl
   assert.deepEqual(CI_SCENARIOS, ['rolling', 'sentinel']);
 });
 
+test('stateStats: downs from the fault on, the first down from its start, up again from its end, time down; merged over load balancers', () => {
+  const at = (ms: number, up: boolean): { ms: number; up: boolean } => ({ ms, up });
+  // Up, fault at 1000 until 5000; down at 4000..5800 (samples every 200 ms), up at 6000.
+  const samples = [at(0, true), at(800, true), ...Array.from({ length: 10 }, (_, i) => at(4000 + i * 200, false)), at(6000, true), at(6200, true)];
+  assert.deepEqual(stateStats(samples, 1000, 5000), { downs: 1, firstDownMs: 3000, upAgainMs: 1000, downMs: 2000 });
+  // Never down: 0 downs, NaN first, up again 0.
+  assert.deepEqual(stateStats([at(0, true), at(2000, true)], 1000, 1500), { downs: 0, firstDownMs: NaN, upAgainMs: 0, downMs: 0 });
+  // Still down at the last sample: not up again (NaN).
+  assert.ok(Number.isNaN(stateStats([at(0, true), at(1200, false)], 1000, 1100).upAgainMs));
+  // Down before the fault only: not counted. Two flaps during it, up again before its end: 0.
+  const flaps = stateStats([at(0, false), at(500, true), at(1000, true), at(1200, false), at(1400, true), at(2000, false), at(2400, true), at(9000, true)], 1000, 5000);
+  assert.deepEqual(flaps, { downs: 2, firstDownMs: 200, upAgainMs: 0, downMs: 600 });
+  // A sample down at the start whose predecessor (before the fault) was down too is no new down.
+  assert.equal(stateStats([at(0, false), at(1000, false), at(1200, true)], 1000, 2000).downs, 0);
+  // Load balancers: the first DOWN of either, the last UP of both, downs summed; one still DOWN: NaN.
+  const m = mergeStateStats([
+    { downs: 1, firstDownMs: 4200, upAgainMs: 1800, downMs: 2400 },
+    { downs: 1, firstDownMs: 4000, upAgainMs: 2000, downMs: 2600 },
+  ]);
+  assert.deepEqual(m, { downs: 2, firstDownMs: 4000, upAgainMs: 2000, downMs: 2600 });
+  assert.ok(Number.isNaN(mergeStateStats([m, { downs: 1, firstDownMs: 1, upAgainMs: NaN, downMs: 5 }]).upAgainMs));
+  assert.deepEqual(mergeStateStats([{ downs: 0, firstDownMs: NaN, upAgainMs: 0, downMs: 0 }]), { downs: 0, firstDownMs: NaN, upAgainMs: 0, downMs: 0 });
+});
+
+test('ackLatency: publishes sent in the window, by the node that acked them', () => {
+  const a = (sentAt: number, wait: number, node?: string): Acked => ({ topic: 't', id: `${sentAt}-0`, key: `1.${sentAt}`, sentAt, ackAt: sentAt + wait, node });
+  const acked = [a(0, 5, 'n1'), a(100, 400, 'n1'), a(200, 600, 'n1'), a(300, 2500, 'n1'), a(150, 3, 'n2'), a(250, 7), a(999, 1, 'n1'), { topic: 't', id: 'x', key: 'y' }];
+  assert.deepEqual(ackLatency(acked, 100, 999, new Set(['n1'])), { n: 3, p50Ms: 600, p99Ms: 2500, maxMs: 2500 });
+  // Every node (and those acked without one) when none is named.
+  assert.equal(ackLatency(acked, 100, 999).n, 5);
+  // A node id list: a node restarted has one id per start.
+  assert.equal(ackLatency(acked, -Infinity, Infinity, new Set(['n1', 'n2'])).n, 6);
+  const none = ackLatency(acked, 5000, 6000);
+  assert.equal(none.n, 0);
+  assert.ok(Number.isNaN(none.p50Ms) && Number.isNaN(none.maxMs));
+});
+
+function netFault(over: Partial<NetFaultResult> = {}): NetFaultResult {
+  const lat = { n: 20, p50Ms: 4, p99Ms: 9, maxMs: 12 };
+  return {
+    node: 'A', what: 'A\'s Redis traffic (:6379) dropped both ways', faultMs: 20_000,
+    ready: { downs: 1, firstDownMs: 3600, upAgainMs: 1200, downMs: 17_600 },
+    lb: { downs: 2, firstDownMs: 4300, upAgainMs: 2100, downMs: 17_800 },
+    othersUnready: 0, outages: { A: 1, B: 0 },
+    ackBefore: { A: lat, B: lat }, ackDuring: { A: { n: 80, p50Ms: 9000, p99Ms: 21_000, maxMs: 23_000 }, B: lat },
+    recovery: { lateMs: 1000, delayed: 70, resumeMs: 21_300, recoverMs: 24_000, maxAckMs: 23_000 },
+    expect: { unreadyByMs: 6000, readyWithinMs: 3000, outage: true },
+    ...over,
+  };
+}
+
+test('netFaultViolations: readiness as expected (failed by, back within), an outage counted, back at the end; the cell says it all', () => {
+  const f = netFault();
+  assert.deepEqual(netFaultViolations(f), []);
+  assert.match(netFaultViolations(netFault({ ready: { downs: 0, firstDownMs: NaN, upAgainMs: 0, downMs: 0 } })).join(), /A never failed readiness during the fault \(expected by 6\.0 s\)/);
+  assert.match(netFaultViolations(netFault({ ready: { ...f.ready, firstDownMs: 7000 } })).join(), /A failed readiness 7\.0 s after the fault began/);
+  assert.match(netFaultViolations(netFault({ ready: { ...f.ready, upAgainMs: 4000 } })).join(), /A ready again 4\.0 s after the fault ended \(expected within 3\.0 s\)/);
+  assert.match(netFaultViolations(netFault({ ready: { ...f.ready, upAgainMs: NaN } })).join(), /A was not ready again by the end of the step/);
+  assert.match(netFaultViolations(netFault({ lb: { ...f.lb, upAgainMs: NaN } })).join(), /a load balancer still had A DOWN/);
+  assert.match(netFaultViolations(netFault({ outages: { A: 0, B: 0 } })).join(), /did not count as an outage on A/);
+  assert.match(netFaultViolations(netFault({ outages: { A: NaN, B: 0 } })).join(), /did not count as an outage/);
+  assert.match(netFaultViolations(netFault({ faultFailure: 'pump exited' })).join(), /the fault did not hold: pump exited/);
+  // A slow link expects nothing of readiness but that A is ready at the end: flaps and outages are counted, not failed.
+  const slow = netFault({ expect: {}, ready: { downs: 3, firstDownMs: 9000, upAgainMs: 0, downMs: 4000 }, outages: { A: 3, B: 0 } });
+  assert.deepEqual(netFaultViolations(slow), []);
+  assert.equal(netFaultCell(f), 'A\'s Redis traffic (:6379) dropped both ways for 20.0 s: A 503 after 3.6 s, 200 again 1.2 s after the end; ' +
+    'LBs: A DOWN after 4.3 s, UP 2.1 s after the end; outages A 1, B 0; acks on A during: p50 9.0 s, p99 21.0 s, max 23.0 s (80), before: p50 4 ms; ' +
+    '70 acks later than 1 s (longest 23.0 s), from 21.3 s to 24.0 s after the start');
+  assert.match(netFaultCell(netFault({ recovery: { lateMs: 1000, delayed: 0, resumeMs: 0, recoverMs: 0, maxAckMs: 700 } })), /; no ack later than 1 s$/);
+  assert.match(netFaultCell(slow), /A 503 after 9\.0 s, 200 again 0\.0 s after the end \(3 times unready, 4\.0 s in all\)/);
+  assert.match(netFaultCell(netFault({ ready: { downs: 0, firstDownMs: NaN, upAgainMs: 0, downMs: 0 }, lb: { downs: 0, firstDownMs: NaN, upAgainMs: 0, downMs: 0 } })),
+    /: A ready throughout; LBs kept A UP; /);
+});
+
+test('violations: a network fault\'s own verdict, and error lines break it although it is no planned scenario', () => {
+  const b = { max99Ms: 10_000 };
+  const r = result({ scenario: 'partition', planned: false, errorLinesBreak: true, netFault: netFault(), steps: [] });
+  assert.deepEqual(violations(r, b), []);
+  assert.match(violations({ ...r, errorLines: { A: 2, B: 0 } }, b).join(), /2 error lines logged \(A 2, B 0\)/);
+  assert.match(violations({ ...r, netFault: netFault({ ready: { ...r.netFault!.ready, upAgainMs: NaN } }) }, b).join(), /A was not ready again/);
+  assert.equal(failoverCell(r), netFaultCell(r.netFault!));
+  assert.match(renderTable([r], b), /\| partition \| .*\| A's Redis traffic \(:6379\) dropped both ways for 20\.0 s: .*\| pass \|$/m);
+});
+
+test('network-fault scenarios: node A in a namespace on one redis-server, default acks; a 20 s cut; 200 ms and 5% both ways for 30 to 60 s', () => {
+  assert.deepEqual(SETUP.partition, { redis: 'standalone', nodeAInNetns: true });
+  assert.deepEqual(SETUP.slowlink, { redis: 'standalone', nodeAInNetns: true });
+  assert.ok(ALL_SCENARIOS.includes('partition') && ALL_SCENARIOS.includes('slowlink'));
+  assert.ok(!CI_SCENARIOS.some((s) => SETUP[s].nodeAInNetns === true), 'the CI check needs no root');
+  assert.deepEqual(Object.keys(SETUP).filter((s) => SETUP[s as 'rolling'].nodeAInNetns === true), ['partition', 'slowlink']);
+  const cfg = defaultConfig(2000);
+  assert.equal(cfg.partitionMs, 20_000);
+  // docs/operations.md: unready 3 to 5 s after the cut, ready about 1 s after the link is back; the cut is an outage.
+  assert.deepEqual(cfg.partitionExpect, { unreadyByMs: 6000, readyWithinMs: 3000, outage: true });
+  assert.equal(cfg.slowLink.delayMs, 200);
+  assert.equal(cfg.slowLink.lossPct, 5);
+  assert.equal(cfg.slowLink.directions, 'both');
+  assert.ok(cfg.slowLink.ms >= 30_000 && cfg.slowLink.ms <= 60_000);
+});
+
 test('publishedTopics: the topics some publisher has (every topic at 10k clients, 40 of 50 at 2000)', () => {
   const roles = { ...defaultConfig(10_000).roles, run: 'x' } satisfies Roles;
   assert.equal(publishedTopics(roles, 10_000).length, 50);
@@ -280,14 +383,28 @@ test('haproxyConfig: the deploy file with the run\'s ports, sizes, source and ch
   assert.throws(() => haproxyConfig('global\n    maxconn 5\n', lbOpts), /changed shape/);
 });
 
+const nsServers = [{ name: 'node-a', port: 24001, host: '10.251.3.2', source: '10.251.3.1' }, { name: 'node-b', port: 24002 }];
+
+test('haproxyConfig: a node in a network namespace on its own address, reached from the host end of its link', () => {
+  const cfg = haproxyConfig(readFileSync(DEPLOY_CFG, 'utf8'), { ...lbOpts, servers: nsServers });
+  assert.deepEqual([...cfg.matchAll(/^ {4}server .*$/gm)].map((m) => m[0].trim()), [
+    'server node-a 10.251.3.2:24001 check source 10.251.3.1',
+    'server node-b 127.0.0.1:24002 check',
+  ]);
+  // The backend's loopback source stays for the others.
+  assert.match(cfg, /^ {4}source 127\.0\.0\.20$/m);
+});
+
 test('haproxyConfig: haproxy -c accepts it', () => {
   const haproxy = requireSystemDep('haproxy');
   const dir = mkdtempSync(join(tmpdir(), 'chaos-test-'));
   try {
-    const p = join(dir, 'lb.cfg');
-    writeFileSync(p, haproxyConfig(readFileSync(DEPLOY_CFG, 'utf8'), { ...lbOpts, statsSocket: join(dir, 'lb.sock') }));
-    const r = spawnSync(haproxy, ['-c', '-f', p], { encoding: 'utf8' });
-    assert.equal(r.status, 0, r.stdout + r.stderr);
+    for (const servers of [lbOpts.servers, nsServers]) {
+      const p = join(dir, 'lb.cfg');
+      writeFileSync(p, haproxyConfig(readFileSync(DEPLOY_CFG, 'utf8'), { ...lbOpts, servers, statsSocket: join(dir, 'lb.sock') }));
+      const r = spawnSync(haproxy, ['-c', '-f', p], { encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stdout + r.stderr);
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

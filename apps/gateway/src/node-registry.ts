@@ -31,6 +31,7 @@ export class NodeRegistry {
   private timer: NodeJS.Timeout | undefined;
   private failing = false;
   private stopped = false;
+  private everRenewed = false;
   /** Renewals that failed (Redis unreachable or the script refused). */
   failures = 0;
 
@@ -60,6 +61,9 @@ export class NodeRegistry {
   /** Renews now (also at every ready of the connection, so that the node is back at once). */
   async renew(): Promise<void> {
     if (this.stopped) return;
+    // Not connected yet at start: the `ready` handler renews the moment it is (a warning now would only say that the
+    // connection is still being made; Redis unreachable at start is logged once by the coordinator's watch).
+    if (!this.everRenewed && this.redis.status !== 'ready') return;
     let members: string[];
     try {
       members = (await this.redis.eval(RENEW_LUA, 1, NODES_KEY, this.nodeId, Math.floor(this.ttlMs / 2))) as string[];
@@ -70,6 +74,7 @@ export class NodeRegistry {
       return;
     }
     if (this.stopped) return;
+    this.everRenewed = true;
     if (this.failing) this.log.info('node lease renewed again');
     this.failing = false;
     const next = new Set(members);

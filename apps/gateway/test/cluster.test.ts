@@ -28,6 +28,13 @@ for (const mode of ['standalone', 'cluster'] as const) {
       await redis.stop();
     });
 
+    test('a node that starts with Redis up logs no warning about it (the lease waits for the connection)', () => {
+      for (const gw of [a, b]) {
+        const warnings = gw.logs.filter((l) => l.level === 'warn' && /redis|lease/i.test(String(l.msg)));
+        assert.deepEqual(warnings.map((l) => l.msg), []);
+      }
+    });
+
     test('a publish on one node reaches subscribers on the other, every class, in order', async () => {
       const subB = await Client.connect(b.url());
       const subA = await Client.connect(a.url());

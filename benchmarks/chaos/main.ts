@@ -8,12 +8,12 @@
 //   node --import tsx chaos/main.ts --scenarios sentinel,sentinel-n0,cluster,cluster-n0 --clients 2000
 //   node --import tsx chaos/main.ts --scenarios partition,slowlink --clients 2000   (root: node A in a network namespace)
 
-import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { renderTable, violations, type Bounds, type ScenarioResult } from './analysis.ts';
 import { ALL_SCENARIOS, CI_SCENARIOS, defaultConfig, DESCRIBE, runScenario, SETUP, type ChaosConfig, type ScenarioName } from './scenarios.ts';
-import { BENCH_ROOT, REPO_ROOT } from '../src/lib/spawn.ts';
+import { BENCH_ROOT } from '../src/lib/spawn.ts';
+import { commit, version } from './stamp.ts';
 import { machineInfo, openFileLimit } from '../src/lib/proc.ts';
 
 const HELP = `pnpm chaos [options]     (from benchmarks/: node --import tsx chaos/main.ts [options])
@@ -69,19 +69,6 @@ function parse(argv: readonly string[]): { cfg: ChaosConfig; scenarios: Scenario
   return { cfg, scenarios, ci, out };
 }
 
-function commit(): string {
-  try {
-    const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: REPO_ROOT, encoding: 'utf8' }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: REPO_ROOT, encoding: 'utf8' }).trim() !== '';
-    return dirty ? `${sha} (with uncommitted changes)` : sha;
-  } catch {
-    return 'unknown';
-  }
-}
-
-function version(cmd: string, args: string[]): string {
-  try { return execFileSync(cmd, args, { encoding: 'utf8' }).split('\n')[0]!.trim(); } catch { return `${cmd}: not found`; }
-}
 
 function report(results: readonly ScenarioResult[], cfg: ChaosConfig, bounds: Bounds, startedAt: string): string {
   const m = machineInfo();

@@ -124,7 +124,7 @@ export function defaultConfig(clients: number): ChaosConfig {
 }
 
 /** Polls `check` every `everyMs` until it is true; false after `ms`. */
-async function until(check: () => Promise<boolean> | boolean, ms: number, everyMs = 250): Promise<boolean> {
+export async function until(check: () => Promise<boolean> | boolean, ms: number, everyMs = 250): Promise<boolean> {
   const deadline = Date.now() + ms;
   for (;;) {
     try { if (await check()) return true; } catch { /* try again */ }
@@ -160,7 +160,7 @@ const fmtS = (ms: number): string => (Number.isFinite(ms) ? `${(ms / 1000).toFix
  * refused (503 while a Redis failover settles; with WS_REDIS_ACK_REPLICAS a
  * slot without its replica yet).
  */
-async function publishPatiently(node: GatewayNode, body: Record<string, unknown>, ms = 30_000): Promise<void> {
+export async function publishPatiently(node: GatewayNode, body: Record<string, unknown>, ms = 30_000): Promise<void> {
   const deadline = Date.now() + ms;
   for (;;) {
     try {

@@ -42,7 +42,6 @@
 //
 // Writes the report (markdown), the chart (SVG) and every sample (JSON).
 
-import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { basename, join, resolve } from 'node:path';
@@ -54,9 +53,10 @@ import { Client, metricByLabel, metricSum, parseMetrics } from '@sluice/gateway/
 import { ackedByTopic, checkHistory, mergeDeliveryChecks, type Acked, type DeliveryCheck, type HistoryCheck, type HistoryEvent } from './analysis.ts';
 import { Cluster, type GatewayNode } from './cluster.ts';
 import { durableTopic, Fleet, keyedTopic, topicsOf, type Roles } from './fleet.ts';
-import { defaultConfig } from './scenarios.ts';
+import { defaultConfig, publishPatiently, until } from './scenarios.ts';
 import { RpcChild, serveRequests } from '../src/lib/child-rpc.ts';
-import { BENCH_ROOT, REPO_ROOT } from '../src/lib/spawn.ts';
+import { BENCH_ROOT } from '../src/lib/spawn.ts';
+import { commit, version } from './stamp.ts';
 import { machineInfo, openFileLimit, rssBytes } from '../src/lib/proc.ts';
 
 const MINUTE_MS = 60_000;
@@ -959,29 +959,7 @@ const infoNum = (info: string, k: string): number | undefined => {
   return v === undefined ? undefined : Number(v);
 };
 
-function commit(): string {
-  try {
-    const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: REPO_ROOT, encoding: 'utf8' }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: REPO_ROOT, encoding: 'utf8' }).trim() !== '';
-    return dirty ? `${sha} (with uncommitted changes)` : sha;
-  } catch {
-    return 'unknown';
-  }
-}
 
-function version(cmd: string, args: string[]): string {
-  try { return execFileSync(cmd, args, { encoding: 'utf8' }).split('\n')[0]!.trim(); } catch { return `${cmd}: not found`; }
-}
-
-/** Polls `check` every `everyMs` until it is true; false after `ms`. */
-async function until(check: () => Promise<boolean> | boolean, ms: number, everyMs = 250): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    try { if (await check()) return true; } catch { /* try again */ }
-    if (Date.now() > deadline) return false;
-    await sleep(everyMs);
-  }
-}
 
 /** Every event of `topic` in history, read by a plain socket straight to a node joining with since 0-0 (as scenarios.ts does). */
 async function readHistory(node: GatewayNode, topic: string): Promise<HistoryEvent[]> {
@@ -998,18 +976,6 @@ async function readHistory(node: GatewayNode, topic: string): Promise<HistoryEve
   }
 }
 
-async function publishPatiently(node: GatewayNode, body: Record<string, unknown>, ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    try {
-      await node.publish(body);
-      return;
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await sleep(250);
-    }
-  }
-}
 
 /** The run: the cluster, the load for cfg.minutes, the end check; everything it started is stopped in the end. */
 export async function runSoak(cfg: SoakConfig, log: (s: string) => void): Promise<SoakResult> {

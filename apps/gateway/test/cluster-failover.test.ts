@@ -11,7 +11,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { type RedisCluster, type RedisServer, startRedisCluster } from '@sluice/redis/testing';
-import { Client, eventually, type Frame, type Gateway, metricValue, startGateway } from './harness.ts';
+import { Client, eventually, type Gateway, keyedPublisher, metricValue, startGateway } from './harness.ts';
 
 let cluster: RedisCluster;
 let a: Gateway;
@@ -52,26 +52,9 @@ test('the master of a topic\'s slot killed under publishing: subscriptions move 
   assert.equal((await sub.request({ type: 'join', topic: TOPIC })).status, 'ok');
   const pub = await Client.connect(a.url());
   const pub2 = await Client.connect(a.url());
-  const acked: string[] = [];
-  let unavailable = 0;
-  let n = 0;
-  let running = true;
-  const load = (async () => {
-    while (running) {
-      const key = `p-${n}`;
-      const data = n++;
-      for (;;) {
-        const r: Frame = await pub.request({ type: 'publish', topic: TOPIC, data, idempotencyKey: key }, 10_000);
-        if (r.status === 'ok') {
-          acked.push((r.data as { id: string }).id);
-          break;
-        }
-        assert.equal(r.reason, 'unavailable', JSON.stringify(r));
-        unavailable++;
-        await new Promise((res) => setTimeout(res, 50));
-      }
-    }
-  })();
+  // A client as the SDK is: every publish has a key, and `unavailable` is resent with the same key.
+  const publisher = keyedPublisher(pub, TOPIC);
+  const acked = publisher.acked;
   await eventually(() => acked.length >= 30);
   await eventually(() => sub.frames.some((f) => f.type === 'event' && f.id === acked[29]));
 
@@ -97,9 +80,8 @@ test('the master of a topic\'s slot killed under publishing: subscriptions move 
   await eventually(async () => /role:slave/.test(await victim.cli('INFO', 'replication')), 20_000);
   const before = acked.length;
   await eventually(() => acked.length >= before + 30, 20_000);
-  running = false;
-  await load;
-  t.diagnostic(`${acked.length} acked, ${unavailable} answers unavailable (resent with their key) around the failover`);
+  await publisher.stop();
+  t.diagnostic(`${acked.length} acked, ${publisher.unavailable()} answers unavailable (resent with their key) around the failover`);
 
   const reader = await Client.connect(a.url());
   assert.equal((await reader.request({ type: 'join', topic: TOPIC, since: '0-0' })).status, 'ok');

@@ -4,7 +4,8 @@
  * idle bound read from the gateway's start line.
  */
 import { UWS_BUILDS } from '@sluice/uws';
-import { Client, type Gateway } from '../src/testing/index.ts';
+import assert from 'node:assert/strict';
+import { Client, type Frame, type Gateway } from '../src/testing/index.ts';
 
 export {
   Client, eventually, metricTypes, metricValue, parseMetrics, rawUpgrade, running, runUntilExit, seriesValue, startGateway, TEST_ADMIN_TOKEN,
@@ -34,4 +35,38 @@ export function httpIdleBoundMs(gw: Gateway): number {
   const build = UWS_BUILDS.find((b) => b.uws === uws);
   if (build === undefined) throw new Error(`the gateway's start line names no known uWS build (${String(uws)})`);
   return (build.httpIdleTimeoutS + 4 + 2) * 1000;
+}
+
+/**
+ * A durable publisher on `c` as the SDK is, until `stop()`: every publish
+ * has its own idempotency key, and an `unavailable` answer is resent with
+ * the same key after 50 ms (any other refusal fails the test). `acked`
+ * holds the ids in the order they were acknowledged.
+ */
+export function keyedPublisher(c: Client, topic: string): { acked: string[]; unavailable: () => number; stop: () => Promise<void> } {
+  const acked: string[] = [];
+  let unavailable = 0;
+  let running = true;
+  const load = (async () => {
+    for (let n = 0; running; n++) {
+      for (;;) {
+        const r: Frame = await c.request({ type: 'publish', topic, data: n, idempotencyKey: `p-${n}` }, 10_000);
+        if (r.status === 'ok') {
+          acked.push((r.data as { id: string }).id);
+          break;
+        }
+        assert.equal(r.reason, 'unavailable', JSON.stringify(r));
+        unavailable++;
+        await new Promise((res) => setTimeout(res, 50));
+      }
+    }
+  })();
+  return {
+    acked,
+    unavailable: () => unavailable,
+    stop: async () => {
+      running = false;
+      await load;
+    },
+  };
 }

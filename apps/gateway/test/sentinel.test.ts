@@ -9,7 +9,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { type RedisSentinel, startRedisSentinel } from '@sluice/redis/testing';
-import { Client, eventually, type Frame, type Gateway, metricValue, startGateway } from './harness.ts';
+import { Client, eventually, type Gateway, keyedPublisher, metricValue, startGateway } from './harness.ts';
 
 let topo: RedisSentinel;
 let a: Gateway;
@@ -40,27 +40,9 @@ test('a Sentinel failover under publishing: no restart, readiness back, every ac
   const sub = await Client.connect(b.url());
   assert.equal((await sub.request({ type: 'join', topic: 'st:dur' })).status, 'ok');
   const pub = await Client.connect(a.url());
-  const acked: string[] = [];
-  let unavailable = 0;
-  let n = 0;
-  let running = true;
-  // A client as the SDK is: every publish has a key, and `unavailable` is resent with the same key after a pause.
-  const load = (async () => {
-    while (running) {
-      const key = `p-${n}`;
-      const data = n++;
-      for (;;) {
-        const r: Frame = await pub.request({ type: 'publish', topic: 'st:dur', data, idempotencyKey: key }, 10_000);
-        if (r.status === 'ok') {
-          acked.push((r.data as { id: string }).id);
-          break;
-        }
-        assert.equal(r.reason, 'unavailable', JSON.stringify(r));
-        unavailable++;
-        await new Promise((res) => setTimeout(res, 50));
-      }
-    }
-  })();
+  // A client as the SDK is: every publish has a key, and `unavailable` is resent with the same key.
+  const publisher = keyedPublisher(pub, 'st:dur');
+  const acked = publisher.acked;
   await eventually(() => acked.length >= 30);
 
   const killed = await topo.killMaster();
@@ -71,9 +53,8 @@ test('a Sentinel failover under publishing: no restart, readiness back, every ac
   await eventually(() => acked.length >= before + 30, 20_000);
   for (const gw of [a, b]) await eventually(async () => (await ready(gw)) === 200, 10_000);
   assert.match(await promoted.cli('CLIENT', 'LIST'), /name=sluice-shard0-durable-command/);
-  running = false;
-  await load;
-  t.diagnostic(`${acked.length} acked, ${unavailable} answers unavailable (resent with their key) around the failover`);
+  await publisher.stop();
+  t.diagnostic(`${acked.length} acked, ${publisher.unavailable()} answers unavailable (resent with their key) around the failover`);
 
   // Every acked event is on the new master, once.
   const reader = await Client.connect(b.url());

@@ -30,7 +30,7 @@
 //     { HOST: ns.nsAddr, ADMIN_HOST: ns.nsAddr, REDIS_URL: `redis://${ns.hostAddr}:${redis.port}` },
 //     { command: ns.command(process.execPath, ...gatewayArgs()), raiseFileLimit: true });
 //   await ns.dropPort(redis.port); ... await ns.restore();
-// `ip netns exec` execs the command in place, so the pid is the node's and
+// nsenter --net execs the command in place, so the pid is the node's and
 // the IPC channel of the ready message goes through. gw.url(), gw.admin(),
 // gw.metrics() and gw.adminFetch() say 127.0.0.1: build the URLs from
 // ns.nsAddr and gw.port / gw.adminPort instead.
@@ -175,7 +175,26 @@ function preflight(): Tools {
   return tools;
 }
 
-function run(bin: string, args: readonly string[], timeoutMs = 10_000): Promise<string> {
+/** nsenter (util-linux, in every Debian): a command in a namespace's network only. */
+const NSENTER = '/usr/bin/nsenter';
+
+/** The network namespace's handle that `ip netns add` made. */
+const nsPath = (name: string): string => `/run/netns/${name}`;
+
+/**
+ * `ip -n NAME ...` and `tc -n NAME ...` as nsenter --net: iproute2's own
+ * switch also makes a mount namespace and remounts `/` rslave, which fails
+ * (EINVAL) where `/` is not a mount point (a chroot, as the fresh-machine
+ * check runs the suite in); a socket, a link or a filter needs only the
+ * network namespace.
+ */
+function inNs(bin: string, args: readonly string[]): [string, readonly string[]] {
+  if (args[0] !== '-n' || args[1] === undefined) return [bin, args];
+  return [NSENTER, [`--net=${nsPath(args[1])}`, bin, ...args.slice(2)]];
+}
+
+function run(tool: string, toolArgs: readonly string[], timeoutMs = 10_000): Promise<string> {
+  const [bin, args] = inNs(tool, toolArgs);
   return new Promise((resolve, reject) => {
     execFile(bin, args, { timeout: timeoutMs, encoding: 'utf8' }, (err, stdout, stderr) => {
       if (err !== null) reject(ipError([bin.split('/').pop()!, ...args], Object.assign(err, { stderr })));
@@ -184,7 +203,8 @@ function run(bin: string, args: readonly string[], timeoutMs = 10_000): Promise<
   });
 }
 
-function runSync(bin: string, args: readonly string[]): string {
+function runSync(tool: string, toolArgs: readonly string[]): string {
+  const [bin, args] = inNs(tool, toolArgs);
   try {
     return execFileSync(bin, args, { timeout: 10_000, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   } catch (e) {
@@ -524,7 +544,7 @@ export class NetNs {
   pumpFailure: string | undefined;
 
   private constructor(
-    /** The namespace's name (`ip netns exec <name>`, /var/run/netns/<name>). */
+    /** The namespace's name (/run/netns/<name>). */
     readonly name: string,
     /** The host end of the veth pair. */
     readonly hostLink: string,
@@ -590,17 +610,18 @@ export class NetNs {
   }
 
   /**
-   * argv that runs `cmd args` inside the namespace: `ip netns exec <name> cmd args`.
+   * argv that runs `cmd args` inside the namespace: `nsenter --net=/run/netns/<name> cmd args`.
    * ip execs the command in its own process (same pid, same file descriptors,
    * environment kept), so an IPC channel (fd 3) and signals go through: this
    * is what startGateway's `command` option takes.
    */
   command(cmd: string, ...args: string[]): [string, ...string[]] {
-    return [this.tools.ip, 'netns', 'exec', this.name, cmd, ...args];
+    // Not `ip netns exec`: see inNs (its mount namespace fails in a chroot); the process keeps its pid and fds.
+    return [NSENTER, `--net=${nsPath(this.name)}`, cmd, ...args];
   }
 
   /**
-   * Starts `cmd args` inside the namespace (spawn of `ip netns exec`; its pid
+   * Starts `cmd args` inside the namespace (spawn of nsenter, which execs it; its pid
    * is the command's). A command that cannot be run makes ip exit with 255
    * and say so on stderr (no 'error' event). Killed by destroy() if still running.
    */

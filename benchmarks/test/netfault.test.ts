@@ -87,7 +87,7 @@ class Probe {
     proc.on('exit', () => this.wake?.());
   }
 
-  /** Started inside `ns` through ns.spawn, with an IPC channel: its ready message shows the channel goes through `ip netns exec`. */
+  /** Started inside `ns` through ns.spawn, with an IPC channel: its ready message shows the channel goes through nsenter. */
   static async start(ns: NetNs): Promise<{ probe: Probe; readyPid: number }> {
     const proc = ns.spawn(process.execPath, ['-e', PROBE], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     const probe = new Probe(proc);
@@ -206,7 +206,7 @@ test('NetNs.create: a namespace with our prefix, a veth pair on a private /30, a
   }
   assert.ok(!sluiceNamespaces().includes(other.name));
   assert.ok(!sluiceLinks().includes(other.hostLink));
-  // The probe runs inside the namespace, as the very process spawn returned (ip netns exec execs it).
+  // The probe runs inside the namespace, as the very process spawn returned (nsenter execs it).
   assert.equal(probePid, probe.proc.pid);
   assert.equal(netnsOf(probePid), `net:[${statSync(`/var/run/netns/${ns.name}`).ino}]`);
   assert.notEqual(netnsOf(probePid), netnsOf(process.pid));

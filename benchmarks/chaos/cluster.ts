@@ -311,7 +311,7 @@ export class Poller {
 /**
  * Which Redis a scenario runs on: `standalone`, one redis-server with an
  * append-only file on a port the harness picked; `sentinel`, a master with 2
- * replicas under 3 sentinels (down after 1 s, failover timeout 3 s: the
+ * replicas under 3 sentinels (down after 2 s, failover timeout 3 s: the
  * kit's defaults), the nodes given REDIS_SENTINELS and REDIS_SENTINEL_NAME;
  * `cluster`, 3 masters with a replica each (node timeout 2 s), the nodes
  * given REDIS_CLUSTER=1 and every node's URL. The Sentinel and Cluster

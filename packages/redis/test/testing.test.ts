@@ -114,7 +114,7 @@ describe('redis test kit', () => {
       const t0 = Date.now();
       const killed = await group.killMaster();
       assert.equal(killed, first);
-      // A bound, not a measure of speed: down-after 1 s, then the vote;
+      // A bound, not a measure of speed: down-after 2 s, then the vote;
       // a split vote is tried again after 2 × failover-timeout (6 s).
       const promoted = await group.waitFailover(killed.port, 15_000);
       t.diagnostic(`Sentinel failover: ${Date.now() - t0} ms after the SIGKILL`);

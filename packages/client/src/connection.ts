@@ -437,7 +437,7 @@ export class Connection {
     const { urls, backoff, random, resetAfterMs } = this.settings;
     if (urls.length > 1) this.avoid = this.url;
     if (cause.wasOpen && (cause.openFor ?? 0) >= resetAfterMs) this.failures = 0;
-    const inMs = reconnectDelay(this.failures, backoff, random, retryAfterMs);
+    const inMs = reconnectDelay(this.failures, backoff, random, retryAfterMs, d.kind === 'reconnect' && d.hintExact);
     this.failures++;
     this.state = 'reconnecting';
     // Never sooner than `inMs` after the disconnect was told: Node fires a

@@ -27,13 +27,25 @@ export function fullJitter(failures: number, b: Backoff, random: () => number): 
 }
 
 /**
- * The wait before the next attempt. With a hint from the server
- * (`retryAfterMs`, `Retry-After`), never less than the hint: the hint plus a
- * full-jitter spread, so that clients told the same second do not all come
- * back in it.
+ * The wait before the next attempt. With a hint from the server, never less
+ * than the hint:
+ *
+ * - `exact` (the milliseconds of a refusal's body or a close reason): the
+ *   server already gave this client its own time (a drain's jittered
+ *   1012, the upgrade budget's place among the refused), so only a little
+ *   is added, at most a tenth of the hint and at most `initialMs`, and it
+ *   does not grow with the failures: a client sent back again is told a
+ *   later place, and the server, not the client, sets the pace;
+ * - otherwise (whole seconds of a `Retry-After` header, as a proxy may
+ *   send to everyone at once): the hint plus a full-jitter spread, so that
+ *   clients told the same second do not all come back in it.
  */
-export function reconnectDelay(failures: number, b: Backoff, random: () => number, hintMs: number | undefined): number {
-  return (hintMs === undefined ? 0 : Math.max(0, Math.ceil(hintMs))) + fullJitter(failures, b, random);
+export function reconnectDelay(failures: number, b: Backoff, random: () => number, hintMs: number | undefined, exact = false): number {
+  if (hintMs === undefined) return fullJitter(failures, b, random);
+  const hint = Math.max(0, Math.ceil(hintMs));
+  if (!exact) return hint + fullJitter(failures, b, random);
+  const spread = Math.min(b.initialMs, Math.max(1, Math.ceil(hint / 10)));
+  return hint + Math.floor(clamp01(random()) * spread);
 }
 
 function clamp01(x: number): number {
@@ -52,6 +64,8 @@ export type Disposition =
       readonly kind: 'reconnect';
       /** The server's hint: wait at least this long. */
       readonly retryAfterMs: number | undefined;
+      /** The hint is the server's milliseconds (a body or close reason), not a `Retry-After` header's whole seconds. */
+      readonly hintExact: boolean;
       /** Ask the token callback for a fresh token (4001, 4003, 401). */
       readonly refreshToken: boolean;
       /** What the token callback is told when `refreshToken` is set: `token_expired` (4001), `token_revoked` (4003, 401 `token_revoked`), `unauthorized` (401). */
@@ -87,9 +101,10 @@ export function parseReason(text: string): ParsedReason {
   return { reason: text, retryAfterMs: undefined };
 }
 
+/** A hint is exact unless told otherwise (a close reason's or a body's milliseconds); no hint, nothing exact. */
 const reconnect = (p: Partial<Omit<Extract<Disposition, { kind: 'reconnect' }>, 'kind'>> = {}): Disposition => ({
   kind: 'reconnect', retryAfterMs: undefined, refreshToken: false, tokenReason: undefined, dropOversized: false, report: undefined, reason: undefined,
-  ...p,
+  ...p, hintExact: p.retryAfterMs !== undefined && (p.hintExact ?? true),
 });
 
 /** A new token, asked for `why`. */
@@ -163,7 +178,7 @@ export function afterRefusal(status: number, body: string, retryAfterHeader: str
         : { kind: 'stop', error: 'forbidden_origin', reason: parsed.reason ?? 'forbidden_origin' };
     default:
       // 503 unavailable, 429 ip_rate_limited / tenant_rate_limited (with a hint), 429 too_many_sockets (without: plain backoff), ...
-      return reconnect({ retryAfterMs, reason: parsed.reason ?? `http_${status}` });
+      return reconnect({ retryAfterMs, hintExact: parsed.retryAfterMs !== undefined, reason: parsed.reason ?? `http_${status}` });
   }
 }
 

@@ -44,7 +44,7 @@ describe('close table (PROTOCOL.md, seen from the client)', () => {
 
   test('4003 token_revoked asks for a new token, told token_revoked, and reconnects with plain backoff', () => {
     assert.deepEqual(afterClose(4003, '{"reason":"token_revoked"}'), {
-      kind: 'reconnect', retryAfterMs: undefined, refreshToken: true, tokenReason: 'token_revoked', dropOversized: false, report: undefined,
+      kind: 'reconnect', retryAfterMs: undefined, hintExact: false, refreshToken: true, tokenReason: 'token_revoked', dropOversized: false, report: undefined,
       reason: 'token_revoked',
     });
     // The code decides, as for 4001: a 4003 whose reason is not JSON still wants a new token.
@@ -56,7 +56,7 @@ describe('close table (PROTOCOL.md, seen from the client)', () => {
 
   test('4000 disconnected with retryAfterMs reconnects no sooner than the hint, as 1012 does; without one, plain backoff', () => {
     assert.deepEqual(afterClose(4000, '{"reason":"disconnected","retryAfterMs":3100}'), {
-      kind: 'reconnect', retryAfterMs: 3100, refreshToken: false, tokenReason: undefined, dropOversized: false, report: undefined, reason: 'disconnected',
+      kind: 'reconnect', retryAfterMs: 3100, hintExact: true, refreshToken: false, tokenReason: undefined, dropOversized: false, report: undefined, reason: 'disconnected',
     });
     assert.deepEqual({ ...afterClose(4000, '{"reason":"disconnected","retryAfterMs":3100}'), reason: 'x' },
       { ...afterClose(1012, '{"reason":"unavailable","retryAfterMs":3100}'), reason: 'x' }, 'the same as 1012');
@@ -91,9 +91,10 @@ describe('close table (PROTOCOL.md, seen from the client)', () => {
 describe('refusals at the upgrade', () => {
   test('503 and 429 wait for the body\'s retryAfterMs, or for Retry-After in seconds without a body', () => {
     assert.deepEqual(afterRefusal(503, '{"reason":"unavailable","retryAfterMs":1234}', '2'),
-      { kind: 'reconnect', retryAfterMs: 1234, refreshToken: false, tokenReason: undefined, dropOversized: false, report: undefined, reason: 'unavailable' });
+      { kind: 'reconnect', retryAfterMs: 1234, hintExact: true, refreshToken: false, tokenReason: undefined, dropOversized: false, report: undefined,
+        reason: 'unavailable' });
     const noBody = afterRefusal(429, '', '3');
-    assert.ok(noBody.kind === 'reconnect' && noBody.retryAfterMs === 3000);
+    assert.ok(noBody.kind === 'reconnect' && noBody.retryAfterMs === 3000 && !noBody.hintExact, 'whole seconds from the header: not exact');
     const ip = afterRefusal(429, '{"reason":"ip_rate_limited","retryAfterMs":800}', '1');
     assert.ok(ip.kind === 'reconnect' && ip.retryAfterMs === 800 && ip.reason === 'ip_rate_limited');
   });
@@ -110,7 +111,7 @@ describe('refusals at the upgrade', () => {
 
   test('401 token_revoked: a new token, asked as token_revoked, reported as token_revoked, plain backoff', () => {
     assert.deepEqual(afterRefusal(401, '{"reason":"token_revoked"}', undefined), {
-      kind: 'reconnect', retryAfterMs: undefined, refreshToken: true, tokenReason: 'token_revoked', dropOversized: false, report: 'token_revoked',
+      kind: 'reconnect', retryAfterMs: undefined, hintExact: false, refreshToken: true, tokenReason: 'token_revoked', dropOversized: false, report: 'token_revoked',
       reason: 'token_revoked',
     });
   });
@@ -121,7 +122,7 @@ describe('refusals at the upgrade', () => {
     const headerOnly = afterRefusal(429, '{"reason":"tenant_rate_limited"}', '2');
     assert.ok(headerOnly.kind === 'reconnect' && headerOnly.retryAfterMs === 2000);
     assert.deepEqual(afterRefusal(429, '{"reason":"too_many_sockets"}', undefined), {
-      kind: 'reconnect', retryAfterMs: undefined, refreshToken: false, tokenReason: undefined, dropOversized: false, report: undefined,
+      kind: 'reconnect', retryAfterMs: undefined, hintExact: false, refreshToken: false, tokenReason: undefined, dropOversized: false, report: undefined,
       reason: 'too_many_sockets',
     });
   });
@@ -144,10 +145,27 @@ describe('backoff with full jitter', () => {
   });
 
   test('with a hint the wait is never less than the hint', () => {
-    fc.assert(fc.property(fc.nat(40), fc.double({ min: 0, max: 1, noNaN: true }), fc.integer({ min: 0, max: 60_000 }), (n, r, hint) => {
-      const d = reconnectDelay(n, b, () => r, hint);
+    fc.assert(fc.property(fc.nat(40), fc.double({ min: 0, max: 1, noNaN: true }), fc.integer({ min: 0, max: 60_000 }), fc.boolean(), (n, r, hint, exact) => {
+      const d = reconnectDelay(n, b, () => r, hint, exact);
       return d >= hint && d < hint + b.maxMs;
     }));
+  });
+
+  test('an exact hint (milliseconds from the server) gets at most a tenth more, capped at initialMs, whatever the failures', () => {
+    // Not exact (Retry-After's seconds): the full-jitter spread grows with the failures.
+    assert.equal(reconnectDelay(5, b, () => 0.999999, 2000, false), 2000 + 3000 - 1);
+    // Exact: a tenth of 2000 is 200, above initialMs (100): at most 99 more, at 0 failures as at 30.
+    assert.equal(reconnectDelay(0, b, () => 0.999999, 2000, true), 2099);
+    assert.equal(reconnectDelay(30, b, () => 0.999999, 2000, true), 2099);
+    assert.equal(reconnectDelay(30, b, () => 0, 2000, true), 2000);
+    // A short hint: a tenth of it.
+    assert.equal(reconnectDelay(7, b, () => 0.999999, 300, true), 329);
+    // The budget's places: 1000 clients told 1000 different times keep their order within the spread.
+    const told = Array.from({ length: 1000 }, (_, i) => 5 * i);
+    const waits = told.map((t) => reconnectDelay(9, b, Math.random, t, true));
+    for (const [i, w] of waits.entries()) assert.ok(w >= told[i]! && w <= told[i]! + Math.max(1, Math.ceil(told[i]! / 10)), `${told[i]} -> ${w}`);
+    // Without a hint, exact means nothing: plain backoff.
+    assert.equal(reconnectDelay(3, b, () => 0.5, undefined, true), 400);
   });
 
   test('a broken random source cannot produce a negative or endless wait', () => {

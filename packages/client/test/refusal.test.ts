@@ -1,4 +1,8 @@
-/** A gateway that refuses the upgrade with 503: the client waits as told, and tries another URL first. */
+/**
+ * A gateway that refuses the upgrade with 503: the client waits as told, and
+ * tries another URL first; under the node's upgrade budget (WS_UPGRADE_RATE)
+ * it waits its place, not a growing backoff.
+ */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, eventually, type Gateway, ofType, sdk, startGateway } from './helpers.ts';
@@ -55,5 +59,39 @@ describe('503 at the upgrade', () => {
     assert.ok(wait.inMs >= wait.retryAfterMs! && wait.retryAfterMs! >= 700, 'the hint holds even when going elsewhere');
     await client.close();
     occupant.close();
+  });
+});
+
+describe('503 from the upgrade budget (WS_UPGRADE_RATE)', () => {
+  const RATE = 20;
+  let gw: Gateway;
+  before(async () => {
+    gw = await startGateway({ WS_UPGRADE_RATE: String(RATE) });
+  });
+  after(async () => {
+    assert.equal(await gw.stop(), 0, gw.stderr());
+  });
+
+  test('40 clients at once: each waits its place (the hint and at most a tenth more, however often refused), all get in, paced', async () => {
+    const t0 = performance.now();
+    const clients = Array.from({ length: 40 }, () => sdk({ url: gw.url() }));
+    for (const { client } of clients) client.connect();
+    await eventually(() => clients.every(({ client }) => client.state === 'open'), 20_000);
+    const allInS = (performance.now() - t0) / 1000;
+    let refusals = 0;
+    for (const { log } of clients) {
+      for (const w of ofType(log, 'reconnecting')) {
+        refusals++;
+        assert.equal(w.ev.status, 503);
+        const hint = w.ev.retryAfterMs!;
+        assert.ok(hint >= 1, `hint ${hint}`);
+        // Not the full-jitter backoff (500 ms doubling per failure): the server's place.
+        assert.ok(w.ev.inMs >= hint && w.ev.inMs <= hint + Math.max(1, Math.ceil(hint / 10)), `attempt ${w.ev.attempt}: ${w.ev.inMs} ms for a hint of ${hint}`);
+      }
+    }
+    // The burst is 2: most were refused at least once, and came in at about 20 a second.
+    assert.ok(refusals >= 40 - 2 - Math.ceil(RATE * allInS), `${refusals} refusals`);
+    assert.ok(allInS >= (40 - 2 - 1) / RATE, `all in after ${allInS.toFixed(2)} s: no faster than the budget`);
+    await Promise.all(clients.map(({ client }) => client.close()));
   });
 });

@@ -15,6 +15,8 @@ export interface Config {
   readonly adminHost: string;
   readonly workers: number;
   readonly maxSockets: number;
+  /** WS_UPGRADE_RATE: upgrades per second for the whole node (0 = no budget). */
+  readonly upgradeRate: number;
   readonly maxFrameBytes: number;
   readonly hardMaxFrameBytes: number;
   readonly maxMessages: number;
@@ -344,6 +346,12 @@ const schema = [
     name: 'WS_MAX_SOCKETS', key: 'maxSockets', section: 'Listening and threads',
     type: int(0, 10_000_000, 'sockets; 0 means no limit'), default: 0,
     doc: 'Node-wide socket cap; at the cap upgrades get 503 and readiness fails.',
+  }),
+  v({
+    name: 'WS_UPGRADE_RATE', key: 'upgradeRate', section: 'Listening and threads',
+    type: int(0, 1_000_000, 'upgrades per second, whole node; 0 = no budget'), default: 2000,
+    doc: 'Upgrades the node accepts per second, with a burst of a tenth of that; above it 503 `unavailable` whose `retryAfterMs` '
+      + 'spreads the refused over the time the backlog needs at this rate. Readiness is not affected.',
   }),
 
   // Per-socket limits

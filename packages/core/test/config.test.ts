@@ -50,6 +50,7 @@ test('an empty env gives the documented defaults and no warnings', () => {
     adminHost: '0.0.0.0',
     workers: 8,
     maxSockets: 0,
+    upgradeRate: 2000,
     maxFrameBytes: 131072,
     compression: 'off',
     hardMaxFrameBytes: 1048576,
@@ -200,11 +201,12 @@ test('every bad value appears in one error', () => {
     LOG_LEVEL: 'verbose',
     ADMIN_TOKEN: 'has space',
     WS_HISTORY_TTL_MS: '1e6',
+    WS_UPGRADE_RATE: '-5',
   };
   const err = errorOf(env);
   assert.deepEqual(err.problems.map((p) => p.name).sort(), Object.keys(env).sort());
   for (const name of Object.keys(env)) assert.ok(err.message.includes(`${name}=`), name);
-  assert.match(err.message, /^Invalid configuration \(7 problems\):/);
+  assert.match(err.message, /^Invalid configuration \(8 problems\):/);
 });
 
 test('integers are decimal digits only', () => {

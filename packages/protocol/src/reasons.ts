@@ -33,7 +33,7 @@ export function isStrike(reason: ErrorReason): boolean {
  * Additive only, as ErrorReasons.
  */
 export const UpgradeRefusals = [
-  /** 503: draining, or at WS_MAX_SOCKETS; with retryAfterMs and Retry-After. */
+  /** 503: draining, at WS_MAX_SOCKETS, or over WS_UPGRADE_RATE; with retryAfterMs and Retry-After. */
   'unavailable',
   /** 401: missing or invalid token. */
   'unauthorized',

@@ -14,6 +14,7 @@ import { type HttpRequest, type HttpResponse, upgradeCorked, type us_socket_cont
 import { tokenFrom, type Verifier } from '../auth.ts';
 import type { HookClient } from '../hooks.ts';
 import type { SharedLimits } from '../shared-limits.ts';
+import type { UpgradeBudget } from '../upgrade-budget.ts';
 import type { UserSocketCap } from '../user-socket-cap.ts';
 import type { ShardContext } from './context.ts';
 import { newSocketData, socketIdPrefix } from './socket-data.ts';
@@ -84,6 +85,8 @@ export class Admission {
     private readonly cap: UserSocketCap | null,
     /** WS_AUTH=hook: the backend that decides identities; null otherwise. */
     private readonly hook: HookClient | null,
+    /** WS_UPGRADE_RATE: the node's upgrade budget; null when it is 0 (off). */
+    private readonly budget: UpgradeBudget | null = null,
   ) {
     const cfg = ctx.cfg;
     this.origins = cfg.allowedOrigins === undefined ? undefined : parseOriginList(cfg.allowedOrigins);
@@ -95,6 +98,16 @@ export class Admission {
     if (!this.available()) {
       this.refuseUnavailable(res);
       return;
+    }
+    // The budget before anything else is read: a refusal costs one status
+    // line, and its hint is this client's place among the refused.
+    if (this.budget !== null) {
+      const waitMs = this.budget.take();
+      if (waitMs !== 0) {
+        this.ctx.counters.upgrades.over_budget++;
+        this.writeRetry(res, 'unavailable', '503 Service Unavailable', waitMs);
+        return;
+      }
     }
     // One pass over the headers: their size, and every X-Forwarded-For line
     // (a proxy may add its own line rather than append to the client's).
@@ -266,13 +279,17 @@ export class Admission {
   /** A refusal the client may retry after `retryAfterMs`: in the body, and in whole seconds in `retry-after`. */
   private refuseWithRetry<R extends 'ip_rate_limited' | 'tenant_rate_limited' | 'unavailable'>(res: HttpResponse, reason: R, status: string, retryAfterMs: number): R {
     this.ctx.counters.upgrades[reason]++;
+    this.writeRetry(res, reason, status, retryAfterMs);
+    return reason;
+  }
+
+  private writeRetry(res: HttpResponse, reason: string, status: string, retryAfterMs: number): void {
     res.cork(() => {
       res.writeStatus(status)
         .writeHeader('retry-after', retryAfterSeconds(retryAfterMs))
         .writeHeader('content-type', 'application/json')
         .end(`{"reason":"${reason}","retryAfterMs":${retryAfterMs}}`, true);
     });
-    return reason;
   }
 
   /** `inHandler`: called inside uWS's upgrade handler (which corks), not after a wait. */

@@ -24,6 +24,7 @@ import type { FromShardControl, ToShardControl } from '../control.ts';
 import { type SharedLimits, sharedWindows } from '../shared-limits.ts';
 import type { ShardBroker } from '../shard-broker.ts';
 import { Flag, SharedState } from '../shared-state.ts';
+import { UpgradeBudget } from '../upgrade-budget.ts';
 import { SlowLane } from '../slow-lane.ts';
 import { UserSocketCap } from '../user-socket-cap.ts';
 import { AdminActions } from './admin-actions.ts';
@@ -162,7 +163,8 @@ class Shard {
       replies: new Replies(), verifier, revocations: this.revocations, users, tokens, cap: this.cap, presence, hooks, lifecycle,
     });
     this.actions = new AdminActions(ctx, this.session, users, tokens, this.revocations);
-    const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable(), this.revocations, this.cap, hooks.connect);
+    const budget = cfg.upgradeRate === 0 ? null : new UpgradeBudget(task.shared, cfg.upgradeRate);
+    const admission = new Admission(ctx, this.limits, verifier, () => !this.unavailable(), this.revocations, this.cap, hooks.connect, budget);
     const app = buildApp(this.uws, cfg, ctx.log, {
       admission,
       opened: this.session.opened,

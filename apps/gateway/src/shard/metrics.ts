@@ -18,7 +18,8 @@ export interface ShardCounters {
   /** Sockets closed by the node's drain (1012). */
   drained: number;
   readonly rejections: Record<ErrorReason, number>;
-  readonly upgrades: Record<UpgradeRefusal | 'accepted' | 'aborted', number>;
+  /** By outcome: `over_budget` is a 503 `unavailable` for WS_UPGRADE_RATE, counted apart from the drain's and the cap's. */
+  readonly upgrades: Record<UpgradeRefusal | 'accepted' | 'aborted' | 'over_budget', number>;
   readonly closes: Record<string, number>;
   /** `refresh` frames, by outcome: ok, or the reason of the refusal. */
   readonly refreshes: Record<'ok' | 'unauthorized' | 'forbidden' | 'bad_request' | 'unavailable', number>;
@@ -33,7 +34,7 @@ export function newCounters(): ShardCounters {
     framesIn: 0,
     drained: 0,
     rejections: zeros(ErrorReasons),
-    upgrades: zeros(['accepted', ...UpgradeRefusals, 'aborted']),
+    upgrades: zeros(['accepted', ...UpgradeRefusals, 'aborted', 'over_budget']),
     closes: { abusive: 0, payload_too_large: 0, unavailable: 0, internal: 0, buffer_limit: 0, congested: 0, slow_consumer: 0,
       token_expired: 0, token_revoked: 0, disconnected: 0 },
     refreshes: { ok: 0, unauthorized: 0, forbidden: 0, bad_request: 0, unavailable: 0 },

@@ -20,7 +20,9 @@ export const TEST_ADMIN_TOKEN = 'sluice-test-admin-token';
 
 /**
  * Every test client comes from 127.0.0.1 as one tenant: the per-IP and
- * per-tenant windows are opened wide, free ports are taken, and the drain
+ * per-tenant windows are opened wide, the node's upgrade budget is off
+ * (tests open hundreds of sockets at once; the budget's own tests set
+ * WS_UPGRADE_RATE), free ports are taken, and the drain
  * does not wait before closing. The admin API needs TEST_ADMIN_TOKEN, as a
  * deployment's would. `/metrics` waits for every shard's fresh figures (up
  * to 2 s, as for a shard's first scrape), since tests read a counter right
@@ -31,7 +33,7 @@ export const TEST_ADMIN_TOKEN = 'sluice-test-admin-token';
 export const TEST_ENV: Readonly<Record<string, string>> = {
   PORT: '0', ADMIN_PORT: '0', HOST: '127.0.0.1', ADMIN_HOST: '127.0.0.1', WS_WORKERS: '2', LOG_LEVEL: 'info',
   WS_DRAIN_DELAY_MS: '0', WS_IP_CONNECT_LIMIT: '1000000', WS_TENANT_MSG_LIMIT: '100000000', ADMIN_TOKEN: TEST_ADMIN_TOKEN,
-  WS_METRICS_WAIT_MS: '2000',
+  WS_METRICS_WAIT_MS: '2000', WS_UPGRADE_RATE: '0',
 };
 
 /** Only the ports and hosts of TEST_ENV: every other setting stays the gateway's default. */

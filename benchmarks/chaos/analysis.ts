@@ -402,29 +402,53 @@ export interface ReconnectStats {
   t50Ms: number;
   t99Ms: number;
   tAllMs: number;
+  /** ms from the window's start to the first loss in it (a drain's delay, a kill's moment); NaN when none. */
+  firstDropMs: number;
+  /** From the first loss until 99% were back: what the upgrade budget's goal bounds. */
+  t99FromDropMs: number;
+  /** The longest any client was without a connection: from its first loss in the window until it was back after its last (NaN if one never was). */
+  longestWaitMs: number;
 }
 
 /**
  * For the clients that lost their connection in [fromMs, toMs): the time
  * from `fromMs` until each had a connection again after its last loss in the
- * window (a client dropped twice counts once, at its last return).
+ * window (a client dropped twice counts once, at its last return), and how
+ * long each was without one.
  */
 export function reconnectStats(timelines: readonly ClientTimeline[], fromMs: number, toMs: number): ReconnectStats {
   const backAt: number[] = [];
   let dropped = 0;
+  let firstDrop = Number.POSITIVE_INFINITY;
+  let longestWait = 0;
   for (const t of timelines) {
+    let first: number | undefined;
     let last: number | undefined;
-    for (const d of t.downs) if (d >= fromMs && d < toMs) last = d;
+    for (const d of t.downs) {
+      if (d < fromMs || d >= toMs) continue;
+      first ??= d;
+      last = d;
+    }
     if (last === undefined) continue;
     dropped++;
+    firstDrop = Math.min(firstDrop, first!);
     const up = t.ups.find((u) => u >= last);
-    if (up !== undefined) backAt.push(up - fromMs);
+    if (up !== undefined) {
+      backAt.push(up - fromMs);
+      longestWait = Math.max(longestWait, up - first!);
+    } else {
+      longestWait = Number.NaN;
+    }
   }
   backAt.sort((a, b) => a - b);
+  const t99Ms = timeToShare(backAt, dropped, 0.99);
+  const firstDropMs = dropped === 0 ? Number.NaN : firstDrop - fromMs;
   return {
     dropped, back: backAt.length,
-    t50Ms: timeToShare(backAt, dropped, 0.5), t99Ms: timeToShare(backAt, dropped, 0.99),
+    t50Ms: timeToShare(backAt, dropped, 0.5), t99Ms,
     tAllMs: backAt.length === dropped && dropped > 0 ? backAt[backAt.length - 1]! : dropped === 0 ? 0 : NaN,
+    firstDropMs, t99FromDropMs: dropped === 0 ? 0 : t99Ms - firstDropMs,
+    longestWaitMs: dropped === 0 ? 0 : longestWait,
   };
 }
 
@@ -436,6 +460,10 @@ export interface StepResult {
   /** The node(s) whose arrivals are counted: the ones that stayed up. */
   readonly survivors: readonly string[];
   readonly peakArrivalsPerS: number;
+  /** The same for each survivor on its own (what WS_UPGRADE_RATE bounds). */
+  readonly peakArrivalsByNode?: Readonly<Record<string, number>>;
+  /** Upgrades each survivor refused for WS_UPGRADE_RATE during the step (503 over_budget). */
+  readonly overBudgetByNode?: Readonly<Record<string, number>>;
   /** The same seen by the clients: most connections (welcomes) in one second, on any node. */
   readonly clientPeakPerS: number;
   /** Closes the clients saw: most in one second, and the most in five seconds divided by five. */
@@ -460,6 +488,8 @@ export interface ScenarioResult {
   readonly connected: number;
   readonly wallS: number;
   readonly drainRate: number;
+  /** WS_UPGRADE_RATE of each node; 0 when off. */
+  readonly upgradeRate?: number;
   readonly acked: number;
   /** Publishes still unacknowledged at the end, and rejected ones by reason. */
   readonly unacked: number;
@@ -522,6 +552,7 @@ export function violations(r: ScenarioResult, b: Bounds): string[] {
     if (s.reconnect.dropped > 0 && !(s.reconnect.t99Ms <= b.max99Ms)) {
       out.push(`${s.name}: 99% of ${s.reconnect.dropped} dropped clients not back within ${b.max99Ms / 1000} s (${fmtS(s.reconnect.t99Ms)})`);
     }
+    out.push(...budgetViolations(r, s));
   }
   const errors = Object.values(r.errorLines).reduce((x, y) => x + y, 0);
   if (r.planned && errors > 0) out.push(`${errors} error lines logged in a planned scenario`);
@@ -531,6 +562,38 @@ export function violations(r: ScenarioResult, b: Bounds): string[] {
   if (r.failover !== undefined && Number.isNaN(r.failover.rejoinedMs)) out.push('the old master did not rejoin as a replica');
   const restarts = Object.values(r.shardRestarts ?? {}).reduce((x, y) => x + y, 0);
   if (restarts > 0) out.push(`${restarts} shard threads restarted after a crash (${perNode(r.shardRestarts ?? {}, String)})`);
+  return out;
+}
+
+/** Slack on the upgrade budget's bound: rate + burst (a tenth) in any second, and the polls' 100 ms granularity. */
+export const BUDGET_PEAK_FACTOR = 1.1;
+/** Issue 22's goal: 99% back within (clients moved / the budget) + this, from the first drop. */
+export const BUDGET_SLACK_MS = 6000;
+
+/**
+ * The pace 99% of a step's dropped clients can be back at: the survivors'
+ * budgets together, or the drain's rate when it is slower (a rolling
+ * restart moves clients no faster than WS_DRAIN_RATE closes them).
+ */
+export function budgetBoundMs(r: Pick<ScenarioResult, 'upgradeRate' | 'drainRate'>, s: Pick<StepResult, 'name' | 'survivors' | 'reconnect'>): number {
+  const budget = (r.upgradeRate ?? 0) * s.survivors.length;
+  const pace = s.name.startsWith('drain') ? Math.min(budget, r.drainRate) : budget;
+  return (s.reconnect.dropped / pace) * 1000 + BUDGET_SLACK_MS;
+}
+
+/** With WS_UPGRADE_RATE on: no survivor above 1.1x its budget in any second, 99% back within the goal, everyone back. */
+export function budgetViolations(r: ScenarioResult, s: StepResult): string[] {
+  const rate = r.upgradeRate ?? 0;
+  if (rate === 0 || s.reconnect.dropped === 0) return [];
+  const out: string[] = [];
+  for (const [node, peak] of Object.entries(s.peakArrivalsByNode ?? {})) {
+    if (peak > BUDGET_PEAK_FACTOR * rate) out.push(`${s.name}: ${node} accepted ${Math.round(peak)} upgrades in one second, above ${BUDGET_PEAK_FACTOR}x WS_UPGRADE_RATE=${rate}`);
+  }
+  const bound = budgetBoundMs(r, s);
+  if (!(s.reconnect.t99FromDropMs <= bound)) {
+    out.push(`${s.name}: 99% of ${s.reconnect.dropped} moved clients back ${fmtS(s.reconnect.t99FromDropMs)} after the first drop, above the budget's ${fmtS(bound)}`);
+  }
+  if (s.reconnect.back < s.reconnect.dropped) out.push(`${s.name}: ${s.reconnect.dropped - s.reconnect.back} dropped clients never came back`);
   return out;
 }
 
@@ -568,19 +631,25 @@ function perNode(rec: Readonly<Record<string, number>>, fmt: (v: number) => stri
 
 /** The results table, one row per scenario, in markdown. */
 export function renderTable(results: readonly ScenarioResult[], b: Bounds): string {
-  const head = ['scenario', 'clients', 'acked publishes', 'acked lost', 'duplicates', 'peak arrivals/s at survivor (WS_DRAIN_RATE)',
-    '99% reconnected after', 'peak RSS per node', 'error lines per node',
+  const head = ['scenario', 'clients', 'acked publishes', 'acked lost', 'duplicates', 'peak arrivals/s per survivor (WS_UPGRADE_RATE, WS_DRAIN_RATE)',
+    '99% reconnected after (from the first drop; the budget\'s bound); longest wait', 'peak RSS per node', 'error lines per node',
     'Redis fault: failover (from the kill to the new master, ready nodes, acks) or a node\'s link (readiness, load balancers, outages, acks)', 'verdict'];
   const rows = results.map((r) => {
     const dups = r.delivery.duplicateIds + r.delivery.duplicateKeys + r.delivery.wireDuplicates + r.history.storedTwice;
-    const rate = r.steps.length === 0 ? '-' : r.steps.map((s) => `${s.name}: ${Math.round(s.peakArrivalsPerS)} at ${s.survivors.join('+')}`).join('; ');
+    const rate = r.steps.length === 0 ? '-' : r.steps.map((s) => `${s.name}: ${s.peakArrivalsByNode === undefined
+      ? `${Math.round(s.peakArrivalsPerS)} at ${s.survivors.join('+')}`
+      : perNode(s.peakArrivalsByNode, (v) => String(Math.round(v)))}` +
+      `${s.overBudgetByNode === undefined ? '' : ` (refused for rate: ${perNode(s.overBudgetByNode, String)})`}`).join('; ');
+    const budgetOn = (r.upgradeRate ?? 0) > 0;
     const back = r.steps.length === 0 ? '-' : r.steps.map((s) => (s.reconnect.dropped === 0
       ? `${s.name}: none dropped`
-      : `${s.name}: ${fmtS(s.reconnect.t99Ms)} (${s.reconnect.dropped} dropped)`)).join('; ');
+      : `${s.name}: ${fmtS(s.reconnect.t99Ms)} (${s.reconnect.dropped} dropped` +
+        `${Number.isFinite(s.reconnect.firstDropMs) ? `; ${fmtS(s.reconnect.t99FromDropMs)} from the first drop` : ''}` +
+        `${budgetOn ? `, bound ${fmtS(budgetBoundMs(r, s))}` : ''}; longest wait ${fmtS(s.reconnect.longestWaitMs)})`)).join('; ');
     const v = violations(r, b);
     return [
       r.scenario, `${r.connected}/${r.clients}`, String(r.acked), lostCell(r),
-      String(dups), `${rate} (${r.drainRate})`, back,
+      String(dups), `${rate} (${budgetOn ? r.upgradeRate : 'off'}, ${r.drainRate})`, back,
       perNode(r.peakRssMiB, (m) => `${Math.round(m)} MiB`), perNode(r.errorLines, String), failoverCell(r),
       v.length === 0 ? 'pass' : `FAIL: ${v.join('; ')}`,
     ];

@@ -243,6 +243,8 @@ export class Poller {
   private readonly restarts = new Map<string, Map<number, number>>();
   private readonly ackFailures = new Map<string, Map<number, number>>();
   private readonly outages = new Map<string, Map<number, number>>();
+  /** Upgrades refused for WS_UPGRADE_RATE (outcome over_budget), as polled: made monotonic over restarts like `raw`. */
+  readonly overBudget = new Map<string, CounterPoll[]>();
   errors = 0;
   private stopped = false;
   private loop: Promise<void> | undefined;
@@ -254,6 +256,7 @@ export class Poller {
       this.restarts.set(n.name, new Map());
       this.ackFailures.set(n.name, new Map());
       this.outages.set(n.name, new Map());
+      this.overBudget.set(n.name, []);
     }
   }
 
@@ -286,7 +289,9 @@ export class Poller {
             // The shards' counters are read somewhere between the request and the answer: a busy node answers late.
             const ms = (asked + this.now()) / 2;
             const samples = parseMetrics(text);
-            const acc = metricByLabel(samples, 'sluice_upgrades_total', 'outcome')['accepted'] ?? 0;
+            const outcomes = metricByLabel(samples, 'sluice_upgrades_total', 'outcome');
+            const acc = outcomes['accepted'] ?? 0;
+            this.overBudget.get(n.name)!.push({ ms, value: outcomes['over_budget'] ?? 0, gen: n.starts });
             const conn = metricSum(samples, 'sluice_connected_sockets');
             this.raw.get(n.name)!.push({ ms, value: acc, gen: n.starts });
             this.connected.get(n.name)!.push({ ms, value: conn });

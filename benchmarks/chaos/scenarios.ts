@@ -17,7 +17,7 @@ import {
   ackedByTopic, ackLatency, checkHistory, mergeDeliveryChecks, mergeStateStats, reconnectStats, recoveryStats, stateStats,
   type FailoverResult, type HistoryEvent, type LatencyStats, type NetFaultResult, type ReadinessExpectation, type ScenarioResult, type StateSample, type StepResult,
 } from './analysis.ts';
-import { accumulate, peakInWindow, peakRate, sumSeries, type CounterPoll } from '../src/lib/series.ts';
+import { accumulate, bucketGrowth, peakInWindow, peakRate, sumSeries, type CounterPoll } from '../src/lib/series.ts';
 import { Cluster, describeRedis, type GatewayNode, Poller, type RedisTopology } from './cluster.ts';
 import { durableTopic, Fleet, keyedTopic, publishedTopics, type Roles, type Status } from './fleet.ts';
 import type { SlowLinkOptions } from './netfault.ts';
@@ -76,6 +76,8 @@ export interface ChaosConfig {
   readonly concurrency: number;
   /** WS_DRAIN_RATE of both nodes (the gateway's default is 500). */
   readonly drainRate: number;
+  /** WS_UPGRADE_RATE of both nodes (the gateway's default is 2000; 0 = off). */
+  readonly upgradeRate: number;
   readonly redisDownMs: number;
   /** Redis failovers: how long the kit may take to see the new master, and how long publishing goes on after it before the old master starts again. */
   readonly failoverWaitMs: number;
@@ -98,7 +100,7 @@ export interface ChaosConfig {
 
 export function defaultConfig(clients: number): ChaosConfig {
   return {
-    clients, procs: Math.max(2, Math.ceil(clients / 2500)), shards: 2, concurrency: 100, drainRate: 500, redisDownMs: 10_000,
+    clients, procs: Math.max(2, Math.ceil(clients / 2500)), shards: 2, concurrency: 100, drainRate: 500, upgradeRate: 2000, redisDownMs: 10_000,
     failoverWaitMs: 30_000, afterFailoverMs: 3000,
     // docs/operations.md: a node cut from Redis fails readiness 3 to 5 s after the cut (a PING each second, dropped after 2 s
     // without a reply) and is ready within about a second of the link's return. Polled every 200 ms: 1 s of slack on the first,
@@ -546,7 +548,7 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
   let poller: Poller | undefined;
   const setup = SETUP[name];
   const base = {
-    scenario: name, planned: name === 'rolling', clients: cfg.clients, drainRate: cfg.drainRate,
+    scenario: name, planned: name === 'rolling', clients: cfg.clients, drainRate: cfg.drainRate, upgradeRate: cfg.upgradeRate,
     lossAllowed: setup.lossAllowed === true, ackReplicas: setup.ackReplicas,
     // A fault on one node's link is no crash: nothing in it excuses an error line.
     ...(setup.nodeAInNetns === true ? { errorLinesBreak: true } : {}),
@@ -558,7 +560,7 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
   const overall = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`scenario took longer than ${maxMs / 1000} s`)), maxMs); });
   const body = async (): Promise<ScenarioResult> => {
     log(`  ${name}: ${DESCRIBE[name]}; ${cfg.clients} clients in ${cfg.procs} processes`);
-    const env: Record<string, string> = { WS_DRAIN_RATE: String(cfg.drainRate) };
+    const env: Record<string, string> = { WS_DRAIN_RATE: String(cfg.drainRate), WS_UPGRADE_RATE: String(cfg.upgradeRate) };
     if (setup.ackReplicas !== undefined) env['WS_REDIS_ACK_REPLICAS'] = String(setup.ackReplicas);
     cluster = await Cluster.start({
       shards: cfg.shards, env, haproxyInter: cfg.haproxyInter, redis: setup.redis, nodeLogs: cfg.nodeLogs === undefined ? undefined : join(cfg.nodeLogs, run),
@@ -612,6 +614,8 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     const steps: StepResult[] = windows.map((w) => ({
       name: w.name, survivors: w.survivors,
       peakArrivalsPerS: peakRate(series(w.survivors), 1000, w.from, w.to),
+      peakArrivalsByNode: Object.fromEntries(w.survivors.map((n) => [n, peakRate(series([n]), 1000, w.from, w.to)])),
+      overBudgetByNode: Object.fromEntries(w.survivors.map((n) => [n, bucketGrowth(accumulate(poller!.overBudget.get(n) ?? []), w.from, w.to, w.to - w.from)[0] ?? 0])),
       clientPeakPerS: peakInWindow(timelines.flatMap((t) => t.ups.filter((u) => u >= w.from && u < w.to)).sort((x, y) => x - y), 1000),
       closesPeakPerS: peakInWindow(downsIn(w), 1000),
       closesPeak5sPerS: peakInWindow(downsIn(w), 5000) / 5,

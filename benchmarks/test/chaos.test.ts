@@ -14,9 +14,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  ackedByTopic, ackLatency, checkHistory, checkSubscription, emptyDeliveryCheck, failoverCell, lostCell, mergeDeliveryChecks, mergeStateStats, netFaultCell,
+  ackedByTopic, ackLatency, budgetBoundMs, checkHistory, checkSubscription, emptyDeliveryCheck, failoverCell, lostCell, mergeDeliveryChecks, mergeStateStats, netFaultCell,
   netFaultViolations, reconnectStats, recoveryStats, renderTable, stateStats, violations,
-  type Acked, type NetFaultResult, type ScenarioResult,
+  type Acked, type NetFaultResult, type ReconnectStats, type ScenarioResult,
 } from '../chaos/analysis.ts';
 import { accumulate, bucketGrowth, peakInWindow, peakRate, sumSeries, timeToShare } from '../src/lib/series.ts';
 import { requireSystemDep } from '../../tools/system-deps.mjs';
@@ -156,10 +156,20 @@ test('reconnectStats: from the window start to each dropped client\'s return aft
   assert.equal(r.t50Ms, 1600);
   assert.ok(Number.isNaN(r.t99Ms));
   assert.ok(Number.isNaN(r.tAllMs));
+  assert.equal(r.firstDropMs, 0, 'the first drop at the window start');
+  assert.ok(Number.isNaN(r.longestWaitMs), 'one never came back');
   const all = reconnectStats(tl.slice(0, 2), 1000, 3000);
   assert.equal(all.t99Ms, 1600);
   assert.equal(all.tAllMs, 1600);
-  assert.deepEqual(reconnectStats(tl, 5000, 6000), { dropped: 0, back: 0, t50Ms: 0, t99Ms: 0, tAllMs: 0 });
+  assert.equal(all.t99FromDropMs, 1600);
+  // Client 1: without a connection from its first drop (1200) until back after its last (2600).
+  assert.equal(all.longestWaitMs, 1400);
+  const late = reconnectStats(tl.slice(0, 2), 800, 3000);
+  assert.equal(late.firstDropMs, 200);
+  assert.equal(late.t99FromDropMs, 1600);
+  assert.deepEqual(reconnectStats(tl, 5000, 6000), {
+    dropped: 0, back: 0, t50Ms: 0, t99Ms: 0, tAllMs: 0, firstDropMs: NaN, t99FromDropMs: 0, longestWaitMs: 0,
+  });
   assert.equal(timeToShare([1, 2, 3], 3, 0.99), 3);
 });
 
@@ -169,7 +179,7 @@ function result(over: Partial<ScenarioResult> = {}): ScenarioResult {
     history: { acked: 5, lost: 0, storedTwice: 0, sharedIds: 0, examples: [] },
     delivery: { subscriptions: 20, expected: 50, missing: 0, missingLost: 0, duplicateIds: 0, duplicateKeys: 0, wireDuplicates: 0, examples: [] },
     recoveredFalse: 0, keyedStale: 0, keyedSubscribers: 1, notConnected: 0,
-    steps: [{ name: 'drain A', survivors: ['B'], peakArrivalsPerS: 480, clientPeakPerS: 470, closesPeakPerS: 500, closesPeak5sPerS: 490, reconnect: { dropped: 5, back: 5, t50Ms: 4000, t99Ms: 9000, tAllMs: 9000 } }],
+    steps: [{ name: 'drain A', survivors: ['B'], peakArrivalsPerS: 480, clientPeakPerS: 470, closesPeakPerS: 500, closesPeak5sPerS: 490, reconnect: { dropped: 5, back: 5, t50Ms: 4000, t99Ms: 9000, tAllMs: 9000, firstDropMs: 5000, t99FromDropMs: 4000, longestWaitMs: 3000 } }],
     peakRssMiB: { A: 200, B: 210 }, errorLines: { A: 0, B: 0 }, errorExamples: [], findings: [],
     ...over,
   };
@@ -180,14 +190,14 @@ test('violations: lost, duplicates, slow reconnects, and error lines only in pla
   assert.deepEqual(violations(result(), b), []);
   assert.match(violations(result({ history: { acked: 5, lost: 1, storedTwice: 0, sharedIds: 0, examples: [] } }), b).join(), /1 acknowledged publishes missing/);
   assert.match(violations(result({ delivery: { ...result().delivery, wireDuplicates: 2 } }), b).join(), /2 duplicate deliveries/);
-  assert.match(violations(result({ steps: [{ ...result().steps[0]!, reconnect: { dropped: 5, back: 4, t50Ms: 1, t99Ms: NaN, tAllMs: NaN } }] }), b).join(), /not back within 10 s/);
+  assert.match(violations(result({ steps: [{ ...result().steps[0]!, reconnect: { dropped: 5, back: 4, t50Ms: 1, t99Ms: NaN, tAllMs: NaN, firstDropMs: 0, t99FromDropMs: NaN, longestWaitMs: NaN } }] }), b).join(), /not back within 10 s/);
   assert.match(violations(result({ errorLines: { A: 1, B: 0 } }), b).join(), /1 error lines/);
   assert.deepEqual(violations(result({ planned: false, scenario: 'kill', errorLines: { A: 3 } }), b), []);
   assert.match(violations(result({ acked: 0 }), b).join(), /no publish/);
   const table = renderTable([result(), result({ scenario: 'kill', planned: false, delivery: { ...result().delivery, missing: 3 } })], b);
   const lines = table.split('\n');
   assert.equal(lines.length, 4);
-  assert.match(lines[2]!, /\| rolling \| 10\/10 \| 5 \| 0 .*drain A: 480 at B \(500\).*drain A: 9\.0 s \(5 dropped\).*A 200 MiB, B 210 MiB.*\| - \| pass \|$/);
+  assert.match(lines[2]!, /\| rolling \| 10\/10 \| 5 \| 0 .*drain A: 480 at B \(off, 500\).*drain A: 9\.0 s \(5 dropped; 4\.0 s from the first drop; longest wait 3\.0 s\).*A 200 MiB, B 210 MiB.*\| - \| pass \|$/);
   assert.match(lines[3]!, /\| kill .*\| 3 \(history 0 of 5, deliveries 3 of 50\).*FAIL: 3 acknowledged events not delivered/);
 });
 
@@ -427,4 +437,25 @@ test('topicsOf: distinct topics per client, every topic about equally subscribed
   }
   const expect = (10_000 * roles.topicsPerClient) / roles.topics;
   assert.ok(per.every((n) => Math.abs(n - expect) <= expect * 0.1), JSON.stringify(per));
+});
+
+test('the upgrade budget\'s goal: no survivor above 1.1x in a second, 99% back within moved / budget + 6 s from the first drop, all back', () => {
+  const b = { max99Ms: 60_000 };
+  const kill = (over: Partial<ReconnectStats>, peaks: Record<string, number>): ScenarioResult => result({
+    scenario: 'kill', planned: false, upgradeRate: 1000,
+    steps: [{ name: 'SIGKILL A', survivors: ['B'], peakArrivalsPerS: 0, peakArrivalsByNode: peaks, clientPeakPerS: 0, closesPeakPerS: 0, closesPeak5sPerS: 0,
+      reconnect: { dropped: 5000, back: 5000, t50Ms: 3000, t99Ms: 10_000, tAllMs: 11_000, firstDropMs: 100, t99FromDropMs: 9900, longestWaitMs: 10_500, ...over } }],
+  });
+  // 5000 moved at 1000/s: 5 s + 6 s.
+  assert.equal(budgetBoundMs({ upgradeRate: 1000, drainRate: 500 }, kill({}, {}).steps[0]!), 11_000);
+  assert.deepEqual(violations(kill({}, { B: 1100 }), b), []);
+  assert.match(violations(kill({}, { B: 1101 }), b).join(), /B accepted 1101 upgrades in one second, above 1.1x WS_UPGRADE_RATE=1000/);
+  assert.match(violations(kill({ t99FromDropMs: 11_001 }, { B: 900 }), b).join(), /99% of 5000 moved clients back 11\.0 s after the first drop, above the budget's 11\.0 s/);
+  assert.match(violations(kill({ back: 4999 }, { B: 900 }), b).join(), /1 dropped clients never came back/);
+  // A drain slower than the budget paces the rolling restart: its rate is the bound's.
+  assert.equal(budgetBoundMs({ upgradeRate: 1000, drainRate: 500 }, { name: 'drain A', survivors: ['B'], reconnect: kill({}, {}).steps[0]!.reconnect }), 16_000);
+  // Two survivors share the moved clients: twice the budget.
+  assert.equal(budgetBoundMs({ upgradeRate: 1000, drainRate: 500 }, { name: 'all cut', survivors: ['A', 'B'], reconnect: kill({}, {}).steps[0]!.reconnect }), 8500);
+  // Budget off: nothing checked.
+  assert.deepEqual(violations(result({ upgradeRate: 0, steps: kill({}, { B: 5000 }).steps }), b), []);
 });

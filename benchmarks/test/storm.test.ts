@@ -11,9 +11,11 @@ import { mergeRuns, methodSection, renderStormSvg, rowsTables, type RunRecord } 
 import type { Sample } from '../src/scenarios/common.ts';
 
 test('S9 defaults: 10k clients per kind in 4 processes of 2500, drained at 10000/s; variants name the kind', () => {
-  assert.deepEqual(S9_DEFAULT, { clients: 10_000, procs: 4, rate: 10_000, delayMs: 100, concurrency: 200, maxWaitMs: 30_000, modes: ['sdk', 'naive'] });
-  assert.equal(variantOf(S9_DEFAULT, 'sdk'), '10000 SDK clients, drain 10000/s');
-  assert.equal(variantOf({ clients: 500, rate: 2000 }, 'naive'), '500 naive ws clients, drain 2000/s');
+  assert.deepEqual(S9_DEFAULT, {
+    clients: 10_000, procs: 4, rate: 10_000, delayMs: 100, concurrency: 200, maxWaitMs: 30_000, modes: ['sdk', 'browser', 'naive'], budgets: [0, 2000], costRequests: 20_000,
+  });
+  assert.equal(variantOf(S9_DEFAULT, 'sdk'), '10000 SDK clients, drain 10000/s, no upgrade budget');
+  assert.equal(variantOf({ clients: 500, rate: 2000 }, 'naive', 300), '500 naive ws clients, drain 2000/s, WS_UPGRADE_RATE=300');
   assert.equal(drainMaxMs(S9_DEFAULT), 11_100);
 });
 
@@ -57,7 +59,7 @@ function stormSample(mode: 'sdk' | 'naive', t99Ms: number): Sample {
       firstArrivalMs: 1300, t50Ms: 4500, t99Ms, tAllMs: t99Ms + 400, t99FromFirstCloseMs: t99Ms - 110, peakPerS: 2270, peak1s: 2055,
       serverPeakPerS: 2196, serverPeak1s: 2056, attemptsB: 10_000, retryMinMs: mode === 'sdk' ? 1001 : NaN, retryMaxMs: mode === 'sdk' ? 6000 : NaN,
       plannedMinMs: mode === 'sdk' ? 1025 : NaN, plannedMedianMs: mode === 'sdk' ? 3748 : NaN, plannedMaxMs: mode === 'sdk' ? 6487 : NaN,
-      peakServerCpu: 0.5, stallMaxMsB: 27, findings: '',
+      peakServerCpu: 0.5, stallMaxMsB: 27, overBudget: 0, findings: '',
     },
     timeline: [{ t: 0, arrivals: 0, server: 0, closes: 0 }, { t: 100, arrivals: 3, server: 2, closes: 900 }, { t: 200, arrivals: 200, server: 190, closes: 100 }],
   };
@@ -67,13 +69,13 @@ test('S9 rows render as their own table, without a Sluice/peer ratio; the chart 
   const samples = [stormSample('sdk', 7290), stormSample('naive', 2470)];
   const table = rowsTables(rows(samples));
   assert.match(table, /### S9 reconnect storm/);
-  assert.match(table, /\| 10000 SDK clients, drain 10000\/s \| 10000\/10000 \| 10000 \{"1012":10000\}, 0\.11 s\.\.1\.22 s \| 1\.30 s \| 4\.50 s \| 7\.29 s \| 7\.69 s \| 7\.18 s \| 2\.3k \| 2\.1k \| 2\.2k \/ 2\.1k \| 10000 \| 1001\.\.6000 ms \| 1025 \/ 3748 \/ 6487 ms \| 50% \| 27 ms \| 8% \| none \| 1\/1 \|/);
-  assert.match(table, /\| 10000 naive ws clients, drain 10000\/s \|.*\| 2\.47 s \|.*\| - \| - \|/);
+  assert.match(table, /\| 10000 SDK clients, drain 10000\/s, no upgrade budget \| 10000\/10000 \| 10000 \{"1012":10000\}, 0\.11 s\.\.1\.22 s \| 1\.30 s \| 4\.50 s \| 7\.29 s \| 7\.69 s \| 7\.18 s \| 2\.3k \| 2\.1k \| 2\.2k \/ 2\.1k \| 10000 \| 1001\.\.6000 ms \| 1025 \/ 3748 \/ 6487 ms \| 0 \| 50% \| 27 ms \| 8% \| none \| 1\/1 \|/);
+  assert.match(table, /\| 10000 naive ws clients, drain 10000\/s, no upgrade budget \|.*\| 2\.47 s \|.*\| - \| - \|/);
   assert.deepEqual(ratios(samples), []);
   const svg = renderStormSvg(samples);
   assert.equal((svg.match(/<polyline /g) ?? []).length, 4, 'per kind: client-side arrivals and B\'s counter');
-  assert.match(svg, /10000 SDK clients, drain 10000\/s: 99% back 7\.29 s after SIGTERM/);
-  assert.match(svg, /10000 naive ws clients, drain 10000\/s: 99% back 2\.47 s after SIGTERM/);
+  assert.match(svg, /10000 SDK clients, drain 10000\/s, no upgrade budget: 99% back 7\.29 s after SIGTERM/);
+  assert.match(svg, /10000 naive ws clients, drain 10000\/s, no upgrade budget: 99% back 2\.47 s after SIGTERM/);
 });
 
 test('report merges runs: a later run\'s scenarios replace the same scenarios, and the method names it', () => {
@@ -90,8 +92,8 @@ test('report merges runs: a later run\'s scenarios replace the same scenarios, a
     config: { scenarios: { S9: { clients: 10_000 } } }, samples: [stormSample('sdk', 7290), stormSample('naive', 2470)],
   };
   const m = mergeRuns(first, [{ file: 'benchmarks/runs/x-s9.json', rec: later }]);
-  assert.deepEqual(m.samples.map((x) => `${x.scenario} ${x.variant}`), ['S7 10000 sockets at 500/s, delay 1000 ms', 'S9 10000 SDK clients, drain 10000/s',
-    'S9 10000 naive ws clients, drain 10000/s']);
+  assert.deepEqual(m.samples.map((x) => `${x.scenario} ${x.variant}`), ['S7 10000 sockets at 500/s, delay 1000 ms', 'S9 10000 SDK clients, drain 10000/s, no upgrade budget',
+    'S9 10000 naive ws clients, drain 10000/s, no upgrade budget']);
   assert.deepEqual(m.config['scenarios'], { S7: { sockets: 10_000 }, S9: { clients: 10_000 } });
   assert.equal(m.rows.length, 3);
   assert.ok(m.goals.some((g) => g.goal.scenario === 'S7' && g.met === true));
@@ -104,7 +106,7 @@ test('report merges runs: a later run\'s scenarios replace the same scenarios, a
 test('S9 end to end on loopback, 40 clients: the SDK waits as told, the naive clients come back at once', { timeout: 90_000 }, async () => {
   const lines: string[] = [];
   const got = await runStorm({ targets: ['sluice'], repeats: 1, log: (l) => lines.push(l) },
-    { clients: 40, procs: 1, rate: 1000, delayMs: 0, concurrency: 20, maxWaitMs: 15_000, modes: ['sdk', 'naive'] });
+    { clients: 40, procs: 1, rate: 1000, delayMs: 0, concurrency: 20, maxWaitMs: 15_000, modes: ['sdk', 'naive'], budgets: [0], costRequests: 0 });
   assert.equal(got.length, 2, lines.join('\n'));
   const [sdk, naive] = got as [Sample, Sample];
   for (const s of got) {
@@ -124,4 +126,28 @@ test('S9 end to end on loopback, 40 clients: the SDK waits as told, the naive cl
   // The naive clients: back right after their close.
   assert.ok(Number(naive.extra['firstArrivalMs']) < 1000, String(naive.extra['firstArrivalMs']));
   assert.ok(Number(naive.extra['t99Ms']) < Number(sdk.extra['t99Ms']));
+});
+
+test('S9 with an upgrade budget, 80 clients at 10/s (the drain hints spread them over 5 s: 16/s): the SDK waits its place, B holds its rate; a 503 costs less than an upgrade', { timeout: 120_000 }, async () => {
+  const lines: string[] = [];
+  const got = await runStorm({ targets: ['sluice'], repeats: 1, log: (l) => lines.push(l) },
+    { clients: 80, procs: 1, rate: 1000, delayMs: 0, concurrency: 20, maxWaitMs: 40_000, modes: ['sdk'], budgets: [10], costRequests: 1000 });
+  assert.equal(got.length, 2, lines.join('\n'));
+  const [sdk, cost] = got as [Sample, Sample];
+  for (const s of [sdk]) {
+    const why = `${s.variant}: ${s.error ?? ''} ${JSON.stringify(s.extra)}\n${lines.join('\n')}`;
+    assert.equal(s.ok, true, why);
+    assert.equal(s.extra['reconnected'], 80, why);
+    assert.equal(s.extra['budget'], 10);
+    assert.ok(Number(s.extra['overBudget']) > 0, `B refused some for rate: ${why}`);
+    // 10/s and a burst of 1, seen through 100 ms polls: a few more at most.
+    assert.ok(Number(s.extra['serverPeak1s']) <= 10 + 1 + 3, `B's busiest second: ${s.extra['serverPeak1s']}`);
+  }
+  assert.match(String(sdk.variant), /WS_UPGRADE_RATE=10/);
+  // It read every refusal's hint (none was an error to it), and was back within the issue's goal: 80 at 10/s, plus 6 s.
+  assert.doesNotMatch(String(sdk.extra['socketErrors']), /refused upgrade \(hidden\)/);
+  assert.ok(Number(sdk.extra['t99FromFirstCloseMs']) < 80 / 10 * 1000 + 6000, `99% back ${sdk.extra['t99FromFirstCloseMs']} ms after the first close`);
+  assert.equal(cost.variant, 'refusal cost');
+  assert.equal(cost.ok, true, `${cost.error ?? ''} ${JSON.stringify(cost.extra)}`);
+  assert.ok(Number(cost.extra['refusedUs']) > 0 && Number(cost.extra['refusedUs']) < Number(cost.extra['acceptedUs']), JSON.stringify(cost.extra));
 });

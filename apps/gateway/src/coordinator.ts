@@ -23,6 +23,7 @@ import { PushQueue } from './push-queue.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
 import { RedisWatch } from './redis-watch.ts';
 import { Flag, MAX_SHARDS, SharedState } from './shared-state.ts';
+import { UpgradeBudget } from './upgrade-budget.ts';
 import { type SharedWindowBuffers, type SharedWindows, sharedWindowBuffers, sharedWindows } from './shared-limits.ts';
 import type { ShardExit, ShardTask } from './shard/task.ts';
 import { probeCorkInPlace, type UwsBuild } from '@sluice/uws';
@@ -522,6 +523,12 @@ export class Coordinator {
     registerThreadMetrics(r, 'coordinator');
     gaugeFrom(r, 'sluice_ready', '1 while the node accepts new sockets, else 0.',
       () => (this.shared.ready(this.config.workers, this.config.maxSockets) ? 1 : 0), 'max');
+    // Read from the shards' shared budget cells; no budget (0) reads 0.
+    const budget = this.config.upgradeRate === 0 ? null : new UpgradeBudget(this.shared.buffer, this.config.upgradeRate);
+    gaugeFrom(r, 'sluice_upgrade_budget_per_second', 'WS_UPGRADE_RATE: upgrades the node accepts per second (0 = no budget).', () => this.config.upgradeRate, 'max');
+    gaugeFrom(r, 'sluice_upgrade_backlog_seconds',
+      'How far ahead the upgrade budget has told refused clients to come back: the backlog at WS_UPGRADE_RATE; 0 when none waits.',
+      () => (budget === null ? 0 : budget.backlogMs() / 1000), 'max');
   }
 }
 

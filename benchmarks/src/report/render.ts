@@ -192,14 +192,20 @@ export function s9Table(rs: readonly Row[], status: (r: Row) => string): string 
   const n = (r: Row, k: string): string => r.notes[k] ?? '-';
   const f = (v: number, d = 0): string => (Number.isFinite(v) ? v.toFixed(d) : 'n/a');
   const ms = (v: number): string => (Number.isFinite(v) ? `${(v / 1000).toFixed(2)} s` : 'n/a');
+  const cost = rs.find((r) => r.variant === 'refusal cost');
+  rs = rs.filter((r) => r.variant !== 'refusal cost');
+  const costLine = cost === undefined ? '' : `\n\nThe cost of a refusal (\`refusal cost\`, ${f(x(cost, 'requests'))} raw upgrade requests, ${f(x(cost, 'concurrency'))} in flight, ` +
+    `each socket dropped at the answer's first bytes; the gateway's CPU per request): a 503 of the budget (WS_UPGRADE_RATE=1) ${f(x(cost, 'refusedUs'), 1)} us, ` +
+    `an accepted upgrade (no budget) ${f(x(cost, 'acceptedUs'), 1)} us: ${f(x(cost, 'ratio'), 1)}x. ${status(cost)}`;
   return 'Every client connected to node A (url list [A, B] for the SDK), then A got SIGTERM (drain at the rate named, after its delay); ' +
     'times are from SIGTERM, client-side (welcome from B; clocks of one machine). `peak/s`: the busiest 100 ms x10; `in 1 s`: most arrivals in ' +
     'any 1 s window; `B counter`: B\'s `sluice_upgrades_total{outcome="accepted"}` polled every 100 ms, fastest growth over >= 100 ms / >= 1 s; ' +
-    '`SDK wait`: the close\'s retryAfterMs and the wait the SDK chose (min / median / max); B CPU: % of one core, busiest 1 s.\n\n' +
+    '`SDK wait`: the close\'s retryAfterMs and the wait the SDK chose (min / median / max); B CPU: % of one core, busiest 1 s; ' +
+    '`refused for rate`: B\'s 503s for WS_UPGRADE_RATE (the SDK as in a browser cannot read them and backs off with full jitter).\n\n' +
     table(
       ['variant', 'back at B', 'closes by A (codes), first..last', 'first back', '50% back', '99% back', 'all back', '99% after first close',
         'peak/s (100 ms)', 'in 1 s', 'B counter peak/s (100 ms / 1 s)', 'attempts at B', 'retryAfterMs min..max', 'SDK wait min / median / max',
-        'B CPU peak', 'B stall max', 'other load', 'findings', 'ok runs'],
+        'refused for rate', 'B CPU peak', 'B stall max', 'other load', 'findings', 'ok runs'],
       rs.map((r) => [r.variant, `${f(x(r, 'reconnected'))}/${f(x(r, 'onA'))}`,
         `${f(x(r, 'closes'))} ${n(r, 'closeCodes')}, ${ms(x(r, 'firstCloseMs'))}..${ms(x(r, 'lastCloseMs'))}`,
         ms(x(r, 'firstArrivalMs')), ms(x(r, 't50Ms')), ms(x(r, 't99Ms')), ms(x(r, 'tAllMs')), ms(x(r, 't99FromFirstCloseMs')),
@@ -207,8 +213,8 @@ export function s9Table(rs: readonly Row[], status: (r: Row) => string): string 
         f(x(r, 'attemptsB')),
         Number.isFinite(x(r, 'retryMinMs')) ? `${f(x(r, 'retryMinMs'))}..${f(x(r, 'retryMaxMs'))} ms` : '-',
         Number.isFinite(x(r, 'plannedMinMs')) ? `${f(x(r, 'plannedMinMs'))} / ${f(x(r, 'plannedMedianMs'))} / ${f(x(r, 'plannedMaxMs'))} ms` : '-',
-        pct(x(r, 'peakServerCpu')), fmtMs(x(r, 'stallMaxMsB')), pct(r.otherUtil), n(r, 'findings') === '' ? 'none' : n(r, 'findings'), status(r)]),
-    );
+        f(x(r, 'overBudget')), pct(x(r, 'peakServerCpu')), fmtMs(x(r, 'stallMaxMsB')), pct(r.otherUtil), n(r, 'findings') === '' ? 'none' : n(r, 'findings'), status(r)]),
+    ) + costLine;
 }
 
 export function s10Table(rs: readonly Row[], status: (r: Row) => string): string {

@@ -10,8 +10,18 @@
 //   Math.random). After the 1012 close the client avoids A and waits as the
 //   server said: the close's retryAfterMs (uniform in [1000, 6000] ms by
 //   default) plus its full jitter.
+// - `browser`: the same SDK client, but its sockets hide a refused upgrade's
+//   status and body (as a browser's WebSocket does: a 1006 and nothing
+//   else), so it backs off with its full jitter instead of the server's hint.
 // - `naive`: a plain `ws` socket that, when A closes it, opens one to B at
 //   once, and again at once after every failed attempt.
+//
+// Each mode runs with node B's upgrade budget off and on (WS_UPGRADE_RATE,
+// `budgets`); B's refusals for rate are counted from its /metrics. After the
+// storms, the cost of a refusal against an accepted upgrade: one gateway
+// with a budget of 1/s answering raw upgrade requests (nearly all 503), then
+// one without a budget accepting as many, each request's socket closed on
+// the first bytes of the answer; the gateway's CPU per request.
 //
 // The clients live in `procs` child processes (this file, run with
 // --storm-child; ~2500 clients each, one fd per client), spread over the
@@ -22,6 +32,7 @@
 // or `maxWaitMs` after SIGTERM, whichever comes first. Loopback only; every loop
 // is bounded; not part of `ci`.
 
+import { connect } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import WebSocket from 'ws';
@@ -36,7 +47,7 @@ import { bucketCounts, bucketGrowth, median, peakInWindow, peakRate, timeToShare
 import { SOURCES } from './connect.ts';
 import { failedSample, otherUtil, sleep, type RunOptions, type Sample } from './common.ts';
 
-export type StormMode = 'sdk' | 'naive';
+export type StormMode = 'sdk' | 'browser' | 'naive';
 
 export interface StormConfig {
   /** Clients per mode. */
@@ -52,10 +63,15 @@ export interface StormConfig {
   /** The longest wait for the clients after SIGTERM. */
   maxWaitMs: number;
   modes: readonly StormMode[];
+  /** WS_UPGRADE_RATE of node B, one storm per mode for each; 0 = off. */
+  budgets: readonly number[];
+  /** Upgrade requests for the refusal-cost measurement (0: skipped). */
+  costRequests: number;
 }
 
 export const S9_DEFAULT: StormConfig = {
-  clients: 10_000, procs: 4, rate: 10_000, delayMs: 100, concurrency: 200, maxWaitMs: 30_000, modes: ['sdk', 'naive'],
+  clients: 10_000, procs: 4, rate: 10_000, delayMs: 100, concurrency: 200, maxWaitMs: 30_000, modes: ['sdk', 'browser', 'naive'],
+  budgets: [0, 2000], costRequests: 20_000,
 };
 
 const PER_PROC_MAX = 2500;
@@ -63,8 +79,10 @@ const BUCKET_MS = 100;
 /** After 99% are back, how long the wait goes on for the rest. */
 const TAIL_MS = 2000;
 
-export function variantOf(cfg: Pick<StormConfig, 'clients' | 'rate'>, mode: StormMode): string {
-  return `${cfg.clients} ${mode === 'sdk' ? 'SDK clients' : 'naive ws clients'}, drain ${cfg.rate}/s`;
+const MODE_TEXT: Record<StormMode, string> = { sdk: 'SDK clients', browser: 'SDK clients as in a browser (no refusal body)', naive: 'naive ws clients' };
+
+export function variantOf(cfg: Pick<StormConfig, 'clients' | 'rate'>, mode: StormMode, budget = 0): string {
+  return `${cfg.clients} ${MODE_TEXT[mode]}, drain ${cfg.rate}/s, ${budget === 0 ? 'no upgrade budget' : `WS_UPGRADE_RATE=${budget}`}`;
 }
 
 export interface Poll {
@@ -164,7 +182,7 @@ class Clients {
     let failed = 0;
     let next = 0;
     const deadline = Date.now() + r.timeoutMs;
-    const ctors = r.sources.map((local) => this.ctor(local));
+    const ctors = r.sources.map((local) => this.ctor(local, r.mode === 'browser'));
     await new Promise<void>((resolveAll) => {
       let inflight = 0;
       const pump = (): void => {
@@ -178,7 +196,7 @@ class Clients {
             pump();
           };
           const ctor = ctors[(r.idBase + i) % ctors.length]!;
-          if (r.mode === 'sdk') this.sdkClient(i, ctor, done); else this.naiveClient(i, r.sources[(r.idBase + i) % r.sources.length]!, done);
+          if (r.mode === 'naive') this.naiveClient(i, r.sources[(r.idBase + i) % r.sources.length]!, done); else this.sdkClient(i, ctor, done);
         }
         if (inflight === 0 && next >= r.count) resolveAll();
       };
@@ -189,8 +207,13 @@ class Clients {
     return { ready, onA, failed, reasons, nodes: this.nodes };
   }
 
-  /** A `ws` constructor from one loopback source address that counts the sockets opened per URL. */
-  private ctor(local: string): WebSocketConstructor {
+  /**
+   * A `ws` constructor from one loopback source address that counts the
+   * sockets opened per URL. `hideRefusals`: the SDK's listener for a refused
+   * upgrade is not attached, so `ws` reports it as an error and a 1006, as a
+   * browser does.
+   */
+  private ctor(local: string, hideRefusals: boolean): WebSocketConstructor {
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- the class below counts into this object
     const self = this;
     return class extends WebSocket {
@@ -198,7 +221,12 @@ class Clients {
         super(url, protocols, { localAddress: local });
         if (self.counting) self.count(self.attempts, url === self.urlA ? 'A' : url === self.urlB ? 'B' : url);
         // Beside the SDK's own handler, which ignores errors (a close follows).
-        this.on('error', (e) => self.count(self.errors, e.message));
+        this.on('error', (e) => self.count(self.errors, e.message.startsWith('Unexpected server response') ? 'refused upgrade (hidden)' : e.message));
+      }
+
+      override on(event: string | symbol, listener: (...args: any[]) => void): this {
+        if (hideRefusals && event === 'unexpected-response') return this;
+        return super.on(event, listener);
       }
     };
   }
@@ -365,20 +393,98 @@ export async function runStorm(opts: RunOptions, cfg: StormConfig): Promise<Samp
   const procs = await Promise.all(Array.from({ length: n }, (_, i) => startStormProc(i)));
   const out: Sample[] = [];
   try {
-    for (const mode of cfg.modes) {
-      try {
-        const s = await stormOnce(opts, procs, cfg, mode);
-        opts.log(`  ${formatStorm(s)}`);
-        out.push(s);
-      } catch (err) {
-        opts.log(`  S9 ${mode}: failed: ${(err as Error).message}`);
-        out.push(failedSample('S9', variantOf(cfg, mode), 'sluice', 0, (err as Error).message));
+    for (const budget of cfg.budgets) {
+      for (const mode of cfg.modes) {
+        try {
+          const s = await stormOnce(opts, procs, cfg, mode, budget);
+          opts.log(`  ${formatStorm(s)}`);
+          out.push(s);
+        } catch (err) {
+          opts.log(`  S9 ${mode}, budget ${budget}: failed: ${(err as Error).message}`);
+          out.push(failedSample('S9', variantOf(cfg, mode, budget), 'sluice', 0, (err as Error).message));
+        }
       }
     }
   } finally {
     await Promise.all(procs.map((p) => p.exit()));
   }
+  if (cfg.costRequests > 0) {
+    try {
+      const s = await refusalCost(cfg.costRequests, cfg.concurrency);
+      opts.log(`  S9 refusal cost: ${s.extra['refusedUs']} us of gateway CPU per 503, ${s.extra['acceptedUs']} us per accepted upgrade`);
+      out.push(s);
+    } catch (err) {
+      out.push(failedSample('S9', 'refusal cost', 'sluice', 0, (err as Error).message));
+    }
+  }
   return out;
+}
+
+/** A raw upgrade request on a socket from `local`; resolves with the status line's code once the answer's first bytes came, the socket destroyed. */
+function oneRequest(port: number, local: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const sock = connect({ host: '127.0.0.1', port, localAddress: local });
+    sock.setNoDelay(true);
+    sock.once('connect', () => sock.write('GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n' +
+      'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: sluice.v1\r\n\r\n'));
+    sock.once('data', (d: Buffer) => {
+      const code = Number(/^HTTP\/1\.1 (\d{3})/.exec(d.toString('latin1'))?.[1] ?? 0);
+      sock.destroy();
+      resolve(code);
+    });
+    sock.once('error', reject);
+  });
+}
+
+/**
+ * The gateway's CPU per refused upgrade (WS_UPGRADE_RATE=1: every request
+ * after the first 503) and per accepted one (no budget: each a socket,
+ * upgraded and welcomed, then dropped by the client), `n` requests each,
+ * `concurrency` in flight, from the loopback sources in turn.
+ */
+async function refusalCost(n: number, concurrency: number): Promise<Sample> {
+  const spec = TARGETS['sluice'];
+  const perRequest = async (budget: number): Promise<{ us: number; codes: Record<string, number>; wallS: number; cpuS: number }> => {
+    const srv = await ServerProc.start(spec, 60_000, { WS_UPGRADE_RATE: String(budget) });
+    try {
+      // A warm-up, then the measured requests.
+      for (let i = 0; i < 500; i++) await oneRequest(srv.port, SOURCES[i % SOURCES.length]!);
+      await sleep(500);
+      const codes: Record<string, number> = {};
+      const cpu0 = srv.cpuSeconds();
+      const t0 = performance.now();
+      let next = 0;
+      await Promise.all(Array.from({ length: concurrency }, async () => {
+        while (next < n) {
+          const i = next++;
+          const code = await oneRequest(srv.port, SOURCES[i % SOURCES.length]!);
+          codes[code] = (codes[code] ?? 0) + 1;
+        }
+      }));
+      const wallS = (performance.now() - t0) / 1000;
+      await sleep(500); // the closes of the last sockets
+      const cpuS = srv.cpuSeconds() - cpu0;
+      return { us: (cpuS / n) * 1e6, codes, wallS, cpuS };
+    } finally {
+      await srv.stop(10_000);
+    }
+  };
+  const refused = await perRequest(1);
+  const accepted = await perRequest(0);
+  const r2 = (v: number): number => Math.round(v * 100) / 100;
+  const problems: string[] = [];
+  if ((refused.codes['503'] ?? 0) < n - 2) problems.push(`with WS_UPGRADE_RATE=1 only ${refused.codes['503'] ?? 0}/${n} were 503: ${JSON.stringify(refused.codes)}`);
+  if ((accepted.codes['101'] ?? 0) !== n) problems.push(`without a budget ${accepted.codes['101'] ?? 0}/${n} were 101: ${JSON.stringify(accepted.codes)}`);
+  return {
+    scenario: 'S9', variant: 'refusal cost', target: spec.name, repeat: 0, ok: problems.length === 0, ...(problems.length > 0 ? { error: problems.join('; ') } : {}),
+    count: n, wallS: refused.wallS + accepted.wallS, serverCpuS: refused.cpuS + accepted.cpuS, clientCpuS: [], serverUtil: NaN, clientUtilMax: NaN, otherUtil: NaN,
+    bound: 'none', perSec: NaN, perServerCpuS: NaN,
+    extra: {
+      requests: n, concurrency, refusedUs: r2(refused.us), acceptedUs: r2(accepted.us), ratio: r2(accepted.us / refused.us),
+      refusedCodes: JSON.stringify(refused.codes), acceptedCodes: JSON.stringify(accepted.codes),
+      refusedPerS: Math.round(n / refused.wallS), acceptedPerS: Math.round(n / accepted.wallS), findings: '',
+    },
+  };
 }
 
 function formatStorm(s: Sample): string {
@@ -389,7 +495,7 @@ function formatStorm(s: Sample): string {
     `B's counter ${x('serverPeakPerS').toFixed(0)}/s; B CPU peak ${(x('peakServerCpu') * 100).toFixed(0)}%`;
 }
 
-async function stormOnce(opts: RunOptions, procs: StormProc[], cfg: StormConfig, mode: StormMode): Promise<Sample> {
+async function stormOnce(opts: RunOptions, procs: StormProc[], cfg: StormConfig, mode: StormMode, budget: number): Promise<Sample> {
   const spec = TARGETS['sluice'];
   const maxMs = drainMaxMs(cfg);
   // One after the other: a gateway with PORT=0 takes a port the kernel just freed and then binds it with SO_REUSEPORT,
@@ -398,7 +504,7 @@ async function stormOnce(opts: RunOptions, procs: StormProc[], cfg: StormConfig,
     ServerProc.start(spec, 60_000, { WS_DRAIN_DELAY_MS: String(cfg.delayMs), WS_DRAIN_RATE: String(cfg.rate), WS_DRAIN_MAX_MS: String(maxMs) }),
   ]);
   // B is stopped once the clients have left it: it may close what is left at once.
-  const [bRes] = await Promise.allSettled([ServerProc.start(spec, 60_000, { WS_DRAIN_RATE: '1000000' })]);
+  const [bRes] = await Promise.allSettled([ServerProc.start(spec, 60_000, { WS_DRAIN_RATE: '1000000', WS_UPGRADE_RATE: String(budget) })]);
   const a = aRes.status === 'fulfilled' ? aRes.value : undefined;
   const b = bRes.status === 'fulfilled' ? bRes.value : undefined;
   try {
@@ -422,7 +528,7 @@ async function stormOnce(opts: RunOptions, procs: StormProc[], cfg: StormConfig,
     for (const c of conn) for (const [k, v] of Object.entries(c.nodes)) welcomedBy[k] = (welcomedBy[k] ?? 0) + v;
     const nodeA = nodeIdOf(a);
     const strangers = Object.entries(welcomedBy).filter(([k]) => k !== nodeA);
-    opts.log(`  S9 ${mode}: ${onA}/${cfg.clients} clients on A in ${((performance.now() - tc) / 1000).toFixed(1)} s; WS_DRAIN_MAX_MS=${maxMs}`);
+    opts.log(`  S9 ${mode}, budget ${budget === 0 ? 'off' : budget}: ${onA}/${cfg.clients} clients on A in ${((performance.now() - tc) / 1000).toFixed(1)} s; WS_DRAIN_MAX_MS=${maxMs}`);
     await sleep(1000);
 
     // What A holds just before the signal: every client should still be there.
@@ -532,7 +638,7 @@ async function stormOnce(opts: RunOptions, procs: StormProc[], cfg: StormConfig,
 
     const r2 = (v: number): number => Math.round(v * 100) / 100;
     return {
-      scenario: 'S9', variant: variantOf(cfg, mode), target: spec.name, repeat: 0,
+      scenario: 'S9', variant: variantOf(cfg, mode, budget), target: spec.name, repeat: 0,
       ok: problems.length === 0, ...(problems.length > 0 ? { error: problems.join('; ') } : {}),
       count: arrivals.length, wallS, serverCpuS, clientCpuS,
       serverUtil: serverCpuS / wallS,
@@ -542,7 +648,7 @@ async function stormOnce(opts: RunOptions, procs: StormProc[], cfg: StormConfig,
       perSec: Number.isFinite(t99) ? Math.ceil(0.99 * onA) / ((t99 - firstClose) / 1000) : NaN,
       perServerCpuS: serverCpuS > 0 ? arrivals.length / serverCpuS : NaN,
       extra: {
-        mode, clients: cfg.clients, onA, procs: procs.length, cores: availableParallelism(), rate: cfg.rate, delayMs: cfg.delayMs, drainMaxMs: maxMs,
+        mode, budget, overBudget: refusals['over_budget'] ?? 0, clients: cfg.clients, onA, procs: procs.length, cores: availableParallelism(), rate: cfg.rate, delayMs: cfg.delayMs, drainMaxMs: maxMs,
         closes: closes.length, closeCodes: JSON.stringify(closeCodes), firstCloseMs: r2(firstClose), lastCloseMs: r2(lastClose),
         closesPeakPer100: Math.max(0, ...closes100),
         reconnected: arrivals.length, notBack: sum((r) => r.notBack), stillOnA: sum((r) => r.stillOnA),

@@ -45,6 +45,13 @@ interface Cause {
   readonly openFor?: number;
 }
 
+/**
+ * Exact-hint 503s in a row a client takes from one URL, coming back to it
+ * each time (the upgrade budget's place: going elsewhere would leave it
+ * unused), before it tries another URL (a draining node answers the same).
+ */
+const PLACED_STAYS = 3;
+
 /** How long close() waits for the server's close frame before cutting the socket. */
 const CLOSE_WAIT_MS = 3000;
 /** How long a refused upgrade's body is read. */
@@ -83,10 +90,25 @@ export class Connection {
   private gen = 0;
   private ws: WebSocketLike | undefined;
   private avoid: string | undefined;
+  /**
+   * The URL whose 503 gave this client a place (an exact hint): the next
+   * attempt goes back there, at that time, rather than to another URL, up
+   * to PLACED_STAYS times in a row.
+   */
+  private placedAt: string | undefined;
+  /** Exact-hint 503s in a row from `placedAt`. */
+  private placedTimes = 0;
+  private stay = false;
   private welcomed = false;
   private openedAt = 0;
   private refusal: Refusal | undefined;
   private failures = 0;
+  /**
+   * The failures the full-jitter backoff grows with: those without an exact
+   * hint. A refusal that gave this client a time (the server pacing it) does
+   * not make the next unhinted wait longer.
+   */
+  private streak = 0;
   private refresh: TokenRequest['reason'];
   private closing = false;
   private closePromise: Promise<void> | undefined;
@@ -125,7 +147,7 @@ export class Connection {
       this.gone(1000, '', 'client_closed');
     }
     this.closing = false;
-    this.failures = 0;
+    this.failures = this.streak = 0;
     void this.attempt();
   }
 
@@ -217,6 +239,7 @@ export class Connection {
 
   private pickUrl(): string {
     const { urls, random } = this.settings;
+    if (this.stay && urls.includes(this.url)) return this.url;
     const choices = urls.length > 1 ? urls.filter((u) => u !== this.avoid) : urls;
     const list = choices.length > 0 ? choices : urls;
     return list[Math.min(list.length - 1, Math.floor(Math.max(0, random()) * list.length))]!;
@@ -435,10 +458,20 @@ export class Connection {
   private scheduleReconnect(d: Disposition, cause: Cause): void {
     const retryAfterMs = d.kind === 'reconnect' ? d.retryAfterMs : undefined;
     const { urls, backoff, random, resetAfterMs } = this.settings;
-    if (urls.length > 1) this.avoid = this.url;
-    if (cause.wasOpen && (cause.openFor ?? 0) >= resetAfterMs) this.failures = 0;
-    const inMs = reconnectDelay(this.failures, backoff, random, retryAfterMs, d.kind === 'reconnect' && d.hintExact);
+    if (urls.length > 1) {
+      // A place at a URL (an upgrade budget's 503) is kept once; otherwise, and the second time, another URL.
+      if (cause.wasOpen) this.placedAt = undefined;
+      const placed = cause.status === 503 && d.kind === 'reconnect' && d.hintExact;
+      this.placedTimes = placed && this.placedAt === this.url ? this.placedTimes + 1 : placed ? 1 : 0;
+      this.stay = placed && this.placedTimes <= PLACED_STAYS;
+      this.placedAt = placed ? this.url : undefined;
+      if (!this.stay) this.avoid = this.url;
+    }
+    if (cause.wasOpen && (cause.openFor ?? 0) >= resetAfterMs) this.failures = this.streak = 0;
+    const exact = d.kind === 'reconnect' && d.hintExact;
+    const inMs = reconnectDelay(this.streak, backoff, random, retryAfterMs, exact);
     this.failures++;
+    if (!exact) this.streak++;
     this.state = 'reconnecting';
     // Never sooner than `inMs` after the disconnect was told: Node fires a
     // timer once its millisecond clock reaches the due tick, up to a

@@ -115,7 +115,7 @@ describe('revocation: 4003 and 401 token_revoked', () => {
 });
 
 describe('disconnect: 4000 and 1008', () => {
-  test('4000 disconnected with retryAfterMs reconnects no sooner than the hint (plus jitter), with the same token, resuming', async () => {
+  test('4000 disconnected with retryAfterMs reconnects no sooner than the hint (plus at most a tenth), with the same token, resuming', async () => {
     const server = new FakeServer();
     recovering(server);
     const asked: TokenRequest[] = [];
@@ -130,11 +130,12 @@ describe('disconnect: 4000 and 1008', () => {
     await server.clock.advance(0);
     const closedAt = server.clock.now();
     assert.deepEqual(ofType(log, 'disconnected'), [{ code: 4000, reason: 'disconnected', retryAfterMs: 2400, willReconnect: true, url: 'ws://fake/ws' }]);
-    assert.deepEqual(ofType(log, 'reconnecting').map((e) => [e.inMs, e.retryAfterMs, e.reason, e.code]), [[2650, 2400, 'disconnected', 4000]]);
-    await server.clock.advance(2649);
+    // 2400 and half of a tenth of it (random() = 0.5).
+    assert.deepEqual(ofType(log, 'reconnecting').map((e) => [e.inMs, e.retryAfterMs, e.reason, e.code]), [[2520, 2400, 'disconnected', 4000]]);
+    await server.clock.advance(2519);
     assert.equal(server.sockets.length, 1, 'not a millisecond early');
     await server.clock.advance(1);
-    assert.equal(server.last.createdAt - closedAt, 2650);
+    assert.equal(server.last.createdAt - closedAt, 2520);
     assert.equal(client.state, 'open');
     assert.deepEqual(asked, [{ refresh: false, reason: undefined }, { refresh: false, reason: undefined }], 'the token is still good');
     assert.deepEqual(joinsOf(server, 'room:2').map((j) => j.since), [undefined, id]);
@@ -182,7 +183,7 @@ describe('disconnect: 4000 and 1008', () => {
 });
 
 describe('429 at the upgrade', () => {
-  test('tenant_rate_limited waits its retryAfterMs plus jitter; too_many_sockets (no hint) backs off, growing', async () => {
+  test('tenant_rate_limited waits its retryAfterMs plus at most a tenth; too_many_sockets (no hint) backs off, growing from the first', async () => {
     const server = new FakeServer();
     const answers = [
       { kind: 'refuse', status: 429, body: '{"reason":"tenant_rate_limited","retryAfterMs":700}', retryAfter: '1' },
@@ -197,8 +198,8 @@ describe('429 at the upgrade', () => {
     client.connect();
     await server.clock.advance(10_000);
     assert.equal(client.state, 'open');
-    // 700 + 250; then half of 1000; then half of 2000.
-    assert.deepEqual(server.openedAt.map((t) => t - server.openedAt[0]!), [0, 950, 1450, 2450]);
+    // 700 + 35 (half of a tenth); then half of 500 (the hinted refusal does not grow the backoff), then half of 1000.
+    assert.deepEqual(server.openedAt.map((t) => t - server.openedAt[0]!), [0, 735, 985, 1485]);
     assert.deepEqual(ofType(log, 'reconnecting').map((e) => [e.reason, e.status, e.retryAfterMs]),
       [['tenant_rate_limited', 429, 700], ['too_many_sockets', 429, undefined], ['too_many_sockets', 429, undefined]]);
     assert.ok(asked.every((r) => !r.refresh), 'a 429 is not the token\'s fault');

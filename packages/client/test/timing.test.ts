@@ -43,7 +43,7 @@ describe('reconnect backoff', () => {
     await client.close();
   });
 
-  test('a close with retryAfterMs waits the hint plus jitter; a connection open for resetAfterMs starts the count again', async () => {
+  test('a close with retryAfterMs waits the hint plus at most a tenth, and does not grow the backoff; a connection open for resetAfterMs starts the count again', async () => {
     const server = new FakeServer();
     const client = server.client({ random: half });
     const log = record(server, client);
@@ -53,17 +53,24 @@ describe('reconnect backoff', () => {
     server.last.serverClose(1012, '{"reason":"unavailable","retryAfterMs":2400}');
     await server.clock.advance(0);
     const closedAt = server.clock.now();
-    assert.deepEqual(ofType(log, 'reconnecting').map((e) => [e.attempt, e.inMs, e.reason, e.code]), [[1, 2650, 'unavailable', 1012]]);
-    await server.clock.advance(2649);
+    // 2400 and half of a tenth of it.
+    assert.deepEqual(ofType(log, 'reconnecting').map((e) => [e.attempt, e.inMs, e.reason, e.code]), [[1, 2520, 'unavailable', 1012]]);
+    await server.clock.advance(2519);
     assert.equal(server.sockets.length, 1, 'not a millisecond early');
     await server.clock.advance(1);
     assert.equal(server.sockets.length, 2);
-    assert.equal(server.last.createdAt - closedAt, 2650);
+    assert.equal(server.last.createdAt - closedAt, 2520);
+    // The server paced that one: the first wait without a hint is the first step of the backoff.
+    await server.clock.advance(100);
+    server.last.serverClose(1006, '');
+    await server.clock.advance(0);
+    assert.deepEqual(ofType(log, 'reconnecting').at(-1), { inMs: 250, attempt: 2, retryAfterMs: undefined, reason: undefined, code: 1006, status: undefined });
+    await server.clock.advance(250);
     // Open for less than resetAfterMs (5000): the next wait grows.
     await server.clock.advance(100);
     server.last.serverClose(1006, '');
     await server.clock.advance(0);
-    assert.deepEqual(ofType(log, 'reconnecting').at(-1), { inMs: 500, attempt: 2, retryAfterMs: undefined, reason: undefined, code: 1006, status: undefined });
+    assert.deepEqual(ofType(log, 'reconnecting').at(-1), { inMs: 500, attempt: 3, retryAfterMs: undefined, reason: undefined, code: 1006, status: undefined });
     await server.clock.advance(500);
     // Open for 5000 ms: the count starts again.
     await server.clock.advance(5000);

@@ -224,6 +224,7 @@ class Clients {
         this.on('error', (e) => self.count(self.errors, e.message.startsWith('Unexpected server response') ? 'refused upgrade (hidden)' : e.message));
       }
 
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- ws's own listener type for every event
       override on(event: string | symbol, listener: (...args: any[]) => void): this {
         if (hideRefusals && event === 'unexpected-response') return this;
         return super.on(event, listener);

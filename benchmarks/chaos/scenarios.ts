@@ -135,10 +135,27 @@ export async function until(check: () => Promise<boolean> | boolean, ms: number,
   }
 }
 
+/**
+ * A plain test socket that waits out the node's upgrade budget: a 503 at
+ * the upgrade (WS_UPGRADE_RATE spent, by the fleet or by the harness's own
+ * reads of every topic) is tried again a little later, for up to 30 s.
+ */
+export async function connectPatiently(url: string, opts: { localAddress?: string }): Promise<Client> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    try {
+      return await Client.connect(url, opts);
+    } catch (e) {
+      if (!/Unexpected server response: 503/.test((e as Error).message) || Date.now() > deadline) throw e;
+      await sleep(100 + Math.random() * 200);
+    }
+  }
+}
+
 /** Every event of `topic` in history, read by a plain socket straight to a node joining with since 0-0. */
 async function readHistory(node: GatewayNode, topic: string, trimmed: string[]): Promise<HistoryEvent[]> {
   // From a loopback address of its own (not the clients'); a node in a namespace is reached from the host end of its link.
-  const c = await Client.connect(node.wsUrl, node.ns === undefined ? { localAddress: '127.0.0.10' } : {});
+  const c = await connectPatiently(node.wsUrl, node.ns === undefined ? { localAddress: '127.0.0.10' } : {});
   try {
     const reply = await c.request({ type: 'join', topic, since: '0-0' }, 10_000);
     if (reply['status'] !== 'ok') throw new Error(`history of ${topic}: ${JSON.stringify(reply)}`);

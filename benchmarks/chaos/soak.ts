@@ -49,11 +49,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import WebSocket from 'ws';
 import { decodeServerFrame } from '@sluice/protocol';
-import { Client, metricByLabel, metricSum, parseMetrics } from '@sluice/gateway/testing';
+import { metricByLabel, metricSum, parseMetrics } from '@sluice/gateway/testing';
 import { ackedByTopic, checkHistory, mergeDeliveryChecks, type Acked, type DeliveryCheck, type HistoryCheck, type HistoryEvent } from './analysis.ts';
 import { Cluster, type GatewayNode } from './cluster.ts';
 import { durableTopic, Fleet, keyedTopic, topicsOf, type Roles } from './fleet.ts';
-import { defaultConfig, publishPatiently, until } from './scenarios.ts';
+import { connectPatiently, defaultConfig, publishPatiently, until } from './scenarios.ts';
 import { RpcChild, serveRequests } from '../src/lib/child-rpc.ts';
 import { BENCH_ROOT } from '../src/lib/spawn.ts';
 import { commit, version } from './stamp.ts';
@@ -963,7 +963,7 @@ const infoNum = (info: string, k: string): number | undefined => {
 
 /** Every event of `topic` in history, read by a plain socket straight to a node joining with since 0-0 (as scenarios.ts does). */
 async function readHistory(node: GatewayNode, topic: string): Promise<HistoryEvent[]> {
-  const c = await Client.connect(`ws://127.0.0.1:${node.port}/ws`, { localAddress: '127.0.0.10' });
+  const c = await connectPatiently(`ws://127.0.0.1:${node.port}/ws`, { localAddress: '127.0.0.10' });
   try {
     const reply = await c.request({ type: 'join', topic, since: '0-0' }, 10_000);
     if (reply['status'] !== 'ok') throw new Error(`history of ${topic}: ${JSON.stringify(reply)}`);

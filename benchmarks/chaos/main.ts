@@ -35,7 +35,7 @@ const HELP = `pnpm chaos [options]     (from benchmarks/: node --import tsx chao
   --procs N           client processes (default: clients / 2500, at least 2)
   --shards N          WS_WORKERS of each node (default 2)
   --drain-rate N      WS_DRAIN_RATE of each node (default 500, the gateway's default)
-  --upgrade-rate N    WS_UPGRADE_RATE of each node (default 2000, the gateway's default; --ci: ${CI_UPGRADE_RATE}, below the drain's
+  --upgrade-rate N    WS_UPGRADE_RATE of each node (default 5000, the gateway's default; --ci: ${CI_UPGRADE_RATE}, below the drain's
                       rate so that the rolling restart meets it; 0 = off)
   --max-99-s S        bound on the time until 99% of a step's dropped clients are back
   --ci                the CI check: ${CI_SCENARIOS.join(' and ')} with 2000 clients, results in benchmarks/runs/

@@ -100,7 +100,7 @@ export interface ChaosConfig {
 
 export function defaultConfig(clients: number): ChaosConfig {
   return {
-    clients, procs: Math.max(2, Math.ceil(clients / 2500)), shards: 2, concurrency: 100, drainRate: 500, upgradeRate: 2000, redisDownMs: 10_000,
+    clients, procs: Math.max(2, Math.ceil(clients / 2500)), shards: 2, concurrency: 100, drainRate: 500, upgradeRate: 5000, redisDownMs: 10_000,
     failoverWaitMs: 30_000, afterFailoverMs: 3000,
     // docs/operations.md: a node cut from Redis fails readiness 3 to 5 s after the cut (a PING each second, dropped after 2 s
     // without a reply) and is ready within about a second of the link's return. Polled every 200 ms: 1 s of slack on the first,

@@ -349,7 +349,7 @@ const schema = [
   }),
   v({
     name: 'WS_UPGRADE_RATE', key: 'upgradeRate', section: 'Listening and threads',
-    type: int(0, 1_000_000, 'upgrades per second, whole node; 0 = no budget'), default: 2000,
+    type: int(0, 1_000_000, 'upgrades per second, whole node; 0 = no budget'), default: 5000,
     doc: 'Upgrades the node accepts per second, with a burst of a tenth of that; above it 503 `unavailable` whose `retryAfterMs` '
       + 'spreads the refused over the time the backlog needs at this rate. Readiness is not affected.',
   }),

@@ -50,7 +50,7 @@ test('an empty env gives the documented defaults and no warnings', () => {
     adminHost: '0.0.0.0',
     workers: 8,
     maxSockets: 0,
-    upgradeRate: 2000,
+    upgradeRate: 5000,
     maxFrameBytes: 131072,
     compression: 'off',
     hardMaxFrameBytes: 1048576,

@@ -12,7 +12,7 @@ import type { Sample } from '../src/scenarios/common.ts';
 
 test('S9 defaults: 10k clients per kind in 4 processes of 2500, drained at 10000/s; variants name the kind', () => {
   assert.deepEqual(S9_DEFAULT, {
-    clients: 10_000, procs: 4, rate: 10_000, delayMs: 100, concurrency: 200, maxWaitMs: 30_000, modes: ['sdk', 'browser', 'naive'], budgets: [0, 2000], costRequests: 20_000,
+    clients: 10_000, procs: 4, rate: 10_000, delayMs: 100, concurrency: 200, maxWaitMs: 30_000, modes: ['sdk', 'browser', 'naive'], budgets: [0, 1000], costRequests: 20_000,
   });
   assert.equal(variantOf(S9_DEFAULT, 'sdk'), '10000 SDK clients, drain 10000/s, no upgrade budget');
   assert.equal(variantOf({ clients: 500, rate: 2000 }, 'naive', 300), '500 naive ws clients, drain 2000/s, WS_UPGRADE_RATE=300');

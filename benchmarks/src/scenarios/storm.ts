@@ -71,7 +71,8 @@ export interface StormConfig {
 
 export const S9_DEFAULT: StormConfig = {
   clients: 10_000, procs: 4, rate: 10_000, delayMs: 100, concurrency: 200, maxWaitMs: 30_000, modes: ['sdk', 'browser', 'naive'],
-  budgets: [0, 2000], costRequests: 20_000,
+  // 1000: below the SDK's arrivals here (its drain hints spread 10,000 over 5 s: about 2300 in the busiest second), so every kind meets it.
+  budgets: [0, 1000], costRequests: 20_000,
 };
 
 const PER_PROC_MAX = 2500;
@@ -474,7 +475,8 @@ async function refusalCost(n: number, concurrency: number): Promise<Sample> {
   const accepted = await perRequest(0);
   const r2 = (v: number): number => Math.round(v * 100) / 100;
   const problems: string[] = [];
-  if ((refused.codes['503'] ?? 0) < n - 2) problems.push(`with WS_UPGRADE_RATE=1 only ${refused.codes['503'] ?? 0}/${n} were 503: ${JSON.stringify(refused.codes)}`);
+  // At 1/s with a burst of 1: one at once, then one a second while they run.
+  if ((refused.codes['503'] ?? 0) < n - 2 - Math.ceil(refused.wallS)) problems.push(`with WS_UPGRADE_RATE=1 only ${refused.codes['503'] ?? 0}/${n} were 503: ${JSON.stringify(refused.codes)}`);
   if ((accepted.codes['101'] ?? 0) !== n) problems.push(`without a budget ${accepted.codes['101'] ?? 0}/${n} were 101: ${JSON.stringify(accepted.codes)}`);
   return {
     scenario: 'S9', variant: 'refusal cost', target: spec.name, repeat: 0, ok: problems.length === 0, ...(problems.length > 0 ? { error: problems.join('; ') } : {}),

@@ -58,7 +58,8 @@ interface Impl {
   readonly name: string;
   /** Embedded: the shard that owns the test's topics (the pair is used from shard 0). */
   readonly owner: number;
-  pair(): Promise<[Node, Node]>;
+  /** `env`: more settings of the pair's gateway config (WS_HISTORY_TTL_MS, ...). */
+  pair(env?: Record<string, string>): Promise<[Node, Node]>;
   /** Redis Cluster keeps idempotency records per (tenant, topic): see RedisBus. */
   readonly cluster: boolean;
   /**
@@ -77,10 +78,10 @@ after(async () => {
 });
 
 /** Two nodes (one shard each) on one Redis: a RedisBroker each, with its own mesh. */
-async function redisPair(mode: 'standalone' | 'cluster'): Promise<[Node, Node]> {
+async function redisPair(mode: 'standalone' | 'cluster', env: Record<string, string> = {}): Promise<[Node, Node]> {
   if (!servers.has(mode)) servers.set(mode, mode === 'standalone' ? startRedis() : startRedisCluster());
   const server = await servers.get(mode)!;
-  const cfg = loadConfig({ WS_HISTORY_SIZE: '5', LOG_LEVEL: 'silent', REDIS_URL: server.url, ...(mode === 'cluster' ? { REDIS_CLUSTER: '1' } : {}) },
+  const cfg = loadConfig({ WS_HISTORY_SIZE: '5', LOG_LEVEL: 'silent', REDIS_URL: server.url, ...(mode === 'cluster' ? { REDIS_CLUSTER: '1' } : {}), ...env },
     { availableParallelism: 1 }).config;
   const nodes = [0, 1].map(() => {
     const broker = new RedisBroker(0, new MeshBroker(0, 1, cfg, log), cfg, log);
@@ -95,9 +96,10 @@ async function redisPair(mode: 'standalone' | 'cluster'): Promise<[Node, Node]> 
 
 const impls: Impl[] = [
   ...[0, 1].map((owner) => ({ name: `embedded broker, topic owned by shard ${owner}, used from shard 0`, owner,
-    pair: () => Promise.resolve(pair().slice(0, 2) as [Node, Node]), cluster: false, startedNow: true })),
-  { name: 'Redis broker, two nodes on standalone Redis', owner: 0, pair: () => redisPair('standalone'), cluster: false, startedNow: false },
-  { name: 'Redis broker, two nodes on a 3-master Redis Cluster', owner: 0, pair: () => redisPair('cluster'), cluster: true, startedNow: false },
+    pair: (env?: Record<string, string>) => Promise.resolve(pair(env === undefined ? config : loadConfig({ WS_HISTORY_SIZE: '5', LOG_LEVEL: 'silent', ...env },
+      { availableParallelism: 2 }).config).slice(0, 2) as [Node, Node]), cluster: false, startedNow: true })),
+  { name: 'Redis broker, two nodes on standalone Redis', owner: 0, pair: (env) => redisPair('standalone', env), cluster: false, startedNow: false },
+  { name: 'Redis broker, two nodes on a 3-master Redis Cluster', owner: 0, pair: (env) => redisPair('cluster', env), cluster: true, startedNow: false },
 ];
 
 for (const impl of impls) {
@@ -224,6 +226,29 @@ for (const impl of impls) {
         assert.deepEqual([read.events.map((e) => e.id), read.recovered], [after, true]);
         a.broker.unsubscribe(key);
       }
+    });
+
+    test('a topic with no stored event vouches for a position past the ttl (a keyed-only feed); a new topic for nothing older than ttl + tombstone', async () => {
+      const [a, b] = await impl.pair({ WS_HISTORY_TTL_MS: '1000' });
+      const topic = ownedBy(owner, 'feed');
+      const key = topicKey('default', topic);
+      const position = await a.broker.subscribe(key);
+      a.broker.unsubscribe(key);
+      // Past the ttl: a durable event in that time would have expired, and the topic still knows none was published.
+      await new Promise((r) => setTimeout(r, 1300));
+      assert.deepEqual(await b.broker.history(key, position), { events: [], recovered: true });
+      const r = await b.broker.publish('default', durable(topic, 1));
+      const read = await b.broker.history(key, position);
+      assert.deepEqual([read.events.map((e) => e.id), read.recovered], [[r.ok ? r.id : ''], true]);
+
+      // The tombstone is max(ttl, 1 h): a since from 2 h ago predates anything a new topic can vouch for.
+      const [c] = await impl.pair();
+      const fresh = topicKey('default', ownedBy(owner, 'fresh'));
+      const first = await c.broker.publish('default', durable(ownedBy(owner, 'fresh'), 1));
+      const old = await c.broker.history(fresh, `${Date.now() - 2 * 3_600_000}-0`);
+      assert.deepEqual([old.events.map((e) => e.id), old.recovered], [[first.ok ? first.id : ''], false]);
+      // 30 min ago: within ttl + tombstone; the embedded history started just now and vouches for nothing before.
+      assert.equal((await c.broker.history(fresh, `${Date.now() - 1_800_000}-0`)).recovered, !impl.startedNow);
     });
 
     test('history after since is bounded: recovered false once trimmed, true from the last id on', async () => {

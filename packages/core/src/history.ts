@@ -100,8 +100,9 @@ const cmp = (aMs: number, aSeq: number, bMs: number, bSeq: number): number => (a
  * - a topic keeps at most `maxEvents` events, none older than `ttlMs`;
  * - `read` reports `recovered: false` whenever an event after `since` may
  *   have been trimmed, including when the whole topic expired; a log only
- *   vouches for ids from (its creation - ttl) on, so a `since` older than
- *   that answers false too;
+ *   vouches for ids from (its creation - ttl - tombstone) on (a forgotten
+ *   log's events are all older), so a `since` older than that answers false
+ *   too;
  * - a clock that steps back is treated as standing still.
  * Time is handed in by the caller; nothing here reads a clock.
  */
@@ -245,11 +246,13 @@ export class MemoryHistory {
   }
 
   /**
-   * What a brand-new log may be missing: an event is trimmed for age only
-   * when its ms is below (trim time - ttl), and trim time <= now, so nothing
-   * at or above (now - ttl) can have been lost before the log existed.
+   * What a brand-new log may be missing: a log is forgotten (sweep) only
+   * once its newest id is below (sweep time - ttl - tombstone), and sweep
+   * time <= now, so no event at or above (now - ttl - tombstone) can have
+   * been lost before this log existed; nor anything before the history
+   * started, which it cannot know about.
    */
   private creationFloor(now: number): EventId {
-    return { ms: Math.max(now - this.ttlMs, this.startedAt) - 1, seq: Number.MAX_SAFE_INTEGER };
+    return { ms: Math.max(now - this.ttlMs - this.tombstoneMs, this.startedAt) - 1, seq: Number.MAX_SAFE_INTEGER };
   }
 }

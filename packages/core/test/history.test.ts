@@ -102,18 +102,38 @@ describe('MemoryHistory: examples', () => {
     assert.deepEqual(h.read('t', idOf(prev!), T0 + 10), { events: [], recovered: true });
   });
 
-  test('a topic the history never saw recovers a recent since, not one older than ttl', () => {
-    // Documented caveat: the history cannot tell "never had events" from "expired and forgotten".
-    const h = new MemoryHistory(10, 1000);
-    assert.deepEqual(h.read('nope', { ms: T0 - 1000, seq: 0 }, T0), { events: [], recovered: true });
-    assert.deepEqual(h.read('nope', { ms: T0 - 1001, seq: 0 }, T0), { events: [], recovered: false });
+  test('a topic the history never saw recovers a since younger than ttl + tombstone, not an older one', () => {
+    // Documented caveat: the history cannot tell "never had events" from "expired and forgotten",
+    // and it forgets a topic only once its newest event is older than ttl + tombstone.
+    const h = new MemoryHistory(10, 1000, 5000);
+    assert.deepEqual(h.read('nope', { ms: T0 - 6000, seq: 0 }, T0), { events: [], recovered: true });
+    assert.deepEqual(h.read('nope', { ms: T0 - 6001, seq: 0 }, T0), { events: [], recovered: false });
   });
 
-  test('a new topic carries the same caveat: a since older than ttl before its first event is not recovered', () => {
-    const h = new MemoryHistory(10, 1000);
+  test('a new topic carries the same caveat: a since older than ttl + tombstone before its first event is not recovered', () => {
+    const h = new MemoryHistory(10, 1000, 5000);
     const e = appendAt(h, 't', T0);
-    assert.deepEqual(h.read('t', { ms: T0 - 1000, seq: 0 }, T0), { events: [{ id: e, frame: frameOf('t', e) }], recovered: true });
-    assert.equal(h.read('t', { ms: T0 - 1001, seq: 0 }, T0).recovered, false);
+    assert.deepEqual(h.read('t', { ms: T0 - 6000, seq: 0 }, T0), { events: [{ id: e, frame: frameOf('t', e) }], recovered: true });
+    assert.equal(h.read('t', { ms: T0 - 6001, seq: 0 }, T0).recovered, false);
+  });
+
+  test('a topic forgotten by the sweep and written again: a since between its old events is not recovered', () => {
+    const h = new MemoryHistory(10, 1000, 5000);
+    const seen = appendAt(h, 't', T0);
+    appendAt(h, 't', T0 + 1);
+    h.sweep(T0 + 6002, 10);
+    assert.equal(h.lastId('t'), undefined, 'forgotten once its newest event is older than ttl + tombstone');
+    const e = appendAt(h, 't', T0 + 6002);
+    assert.deepEqual(h.read('t', idOf(seen), T0 + 6002), { events: [{ id: e, frame: frameOf('t', e) }], recovered: false });
+  });
+
+  test('a position taken on a topic with no event vouches for itself for ttl + tombstone (a keyed-only feed)', () => {
+    const h = new MemoryHistory(10, 1000, 5000);
+    const p = h.position('feed', T0);
+    h.sweep(T0 + 5999, 10);
+    assert.deepEqual(h.read('feed', idOf(p), T0 + 5999), { events: [], recovered: true }, 'past the ttl, within the tombstone');
+    h.sweep(T0 + 6001, 10);
+    assert.deepEqual(h.read('feed', idOf(p), T0 + 6001), { events: [], recovered: false }, 'forgotten');
   });
 });
 
@@ -237,7 +257,8 @@ describe('MemoryHistory: sweep', () => {
 // A read answers every event with id > since that is among the last maxEvents of the topic and no
 // older than ttl; recovered is true exactly when none with id > since is missing, except for the
 // documented caveat: what a log cannot know is whether events existed before it was created, so a
-// since older than (creation time - ttl) is not recovered, and for an unknown topic creation is "now".
+// since older than (creation time - ttl - tombstone) is not recovered (a forgotten log's newest event
+// was older), and for an unknown topic creation is "now".
 // Time steps and sinces are drawn partly relative to the ttl, so that the edges (an event exactly
 // ttl old, a since exactly ttl before a log's creation) come up often.
 type Dt = number | { readonly ttlPlus: number };
@@ -294,9 +315,9 @@ function sinceFrom(spec: SinceSpec, own: readonly EventId[], seen: readonly Even
 describe('MemoryHistory: against the model', () => {
   test('property: reads, ids, recovered and forgetting agree with the model (clock never goes back)', () => {
     fc.assert(fc.property(
-      fc.integer({ min: 0, max: 4 }), fc.integer({ min: 1, max: 60 }), fc.array(opArb(dtArb), { maxLength: 80 }),
-      (maxEvents, ttl, ops) => {
-        const h = new MemoryHistory(maxEvents, ttl);
+      fc.integer({ min: 0, max: 4 }), fc.integer({ min: 1, max: 60 }), fc.integer({ min: 0, max: 100 }), fc.array(opArb(dtArb), { maxLength: 80 }),
+      (maxEvents, ttl, tombstone, ops) => {
+        const h = new MemoryHistory(maxEvents, ttl, tombstone);
         const appended = new Map<string, ModelEvent[]>(TOPICS.map((t) => [t, []]));
         const createdAt = new Map<string, number | undefined>();
         const seen: EventId[] = [];
@@ -338,7 +359,7 @@ describe('MemoryHistory: against the model', () => {
               assert.deepEqual(r.events, asRead(limit === undefined ? expected : expected.slice(0, limit)),
                 `events of ${op.topic} since ${formatEventId(s)}, limit ${limit}, at ${now - T0}`);
               // A limit pages: it does not change recovered.
-              assert.equal(r.recovered, noneMissing && s.ms >= created - ttl,
+              assert.equal(r.recovered, noneMissing && s.ms >= created - ttl - tombstone,
                 `recovered of ${op.topic} since ${formatEventId(s)} at +${now - T0} (created +${created - T0}, noneMissing ${noneMissing})`);
             }
           } else {
@@ -353,7 +374,7 @@ describe('MemoryHistory: against the model', () => {
               assert.equal(known, undefined);
             } else if (known === undefined) {
               assert.equal(op.kind, 'sweep', `${topic} forgotten by a ${op.kind}`);
-              assert.ok(last!.id.ms < now - ttl, `${topic} forgotten at +${now - T0} while its newest id ${formatEventId(last!.id)} is live`);
+              assert.ok(last!.id.ms < now - ttl - tombstone, `${topic} forgotten at +${now - T0} while its newest id ${formatEventId(last!.id)} is in its tombstone`);
               createdAt.set(topic, undefined);
             } else {
               assert.equal(known, formatEventId(last!.id));

@@ -85,6 +85,9 @@ if idemTtl > 0 then
     return {first, 1}
   end
 end
+-- A new stream (none, or the last one expired keep ms after its last
+-- event): it vouches for ids from now - keep on, as a new log in memory.
+if redis.call('EXISTS', stream) == 0 then redis.call('SET', floor, minid(keep), 'PX', keep) end
 trimAge(stream, floor, minid(ttl), keep)
 if maxlen > 0 then
   local len = redis.call('XLEN', stream)
@@ -106,7 +109,7 @@ return {id, 0}
 // Returns {0} when the topic has no stream, else {1, floor, events}.
 const READ_LUA = `${TRIM_AGE}
 local stream, floor = KEYS[1], KEYS[2]
-if redis.call('EXISTS', stream) == 0 then return {0, minid(tonumber(ARGV[2]))} end
+if redis.call('EXISTS', stream) == 0 then return {0, minid(tonumber(ARGV[3]))} end
 trimAge(stream, floor, minid(tonumber(ARGV[2])), tonumber(ARGV[3]))
 local f = redis.call('GET', floor) or '0-0'
 return {1, f, redis.call('XRANGE', stream, '(' .. ARGV[1], '+', 'COUNT', ARGV[4])}
@@ -287,8 +290,9 @@ export class RedisBus {
     this.commands++;
     const r = await (this.cmd as unknown as ScriptedClient).sluiceRead(k.stream, k.floor, since, this.opts.historyTtlMs, this.keepMs, count);
     if (r[0] === 0) {
-      // No stream: it never existed or expired with its tombstone. As in
-      // memory, only ids from (now - ttl) on are vouched for.
+      // No stream: it never existed, or expired keepMs after its last event
+      // (every publish sets its expiry). As in memory, ids from now - keepMs
+      // (ttl + tombstone) on are vouched for.
       return { events: [], recovered: compareEventIds(s, floorOf(r[1] as string)) >= 0 };
     }
     const floor = parseEventId(r[1] as string) ?? { ms: 0, seq: 0 };

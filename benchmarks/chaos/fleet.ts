@@ -73,6 +73,7 @@ type Request =
   | { op: 'acked' }
   | { op: 'verify'; acked: Record<string, string[]>; lost: Record<string, string[]> }
   | { op: 'timelines' }
+  | { op: 'keyedStale'; fence: number }
   | { op: 'close' }
   | { op: 'exit' };
 
@@ -112,6 +113,8 @@ interface Sub {
   keys: string[];
   fence: number;
   got: number;
+  /** When the last event came (the orchestrator's clock). */
+  lastAt: number;
 }
 
 interface Held {
@@ -127,6 +130,8 @@ interface Held {
   ups: number[];
   /** The gateway node id of the latest welcome (connection ids are `<node>.<shard>.<generation>.<seq>`). */
   node: string | undefined;
+  /** The latest welcome's connection id, whole: which node and shard the client is on. */
+  conn: string | undefined;
   publisher: { topic: string; n: number; nextAt: number } | undefined;
   keyedPublisher: { topic: string; n: number; nextAt: number } | undefined;
 }
@@ -174,8 +179,11 @@ class Clients {
             if (s.includes('"reason":"unavailable"')) unavailable();
             else if (s.startsWith('{"type":"welcome"')) {
               const held = h();
-              const id = /"connectionId":"([^".]+)\./.exec(s)?.[1];
-              if (held !== undefined && id !== undefined) held.node = id;
+              const conn = /"connectionId":"([^"]+)"/.exec(s)?.[1];
+              if (held !== undefined && conn !== undefined) {
+                held.conn = conn;
+                held.node = conn.slice(0, conn.indexOf('.'));
+              }
             }
             return;
           }
@@ -243,14 +251,15 @@ class Clients {
   private start(index: number, urls: string[], roles: Roles): Promise<string | undefined> {
     const ref: { h?: Held } = {};
     const client = new SluiceClient({ url: urls, WebSocket: this.ctor(CLIENT_SOURCES[index % CLIENT_SOURCES.length]!, () => ref.h) });
-    const h: Held = { index, client, subs: [], keyed: undefined, wire: new Map(), sockets: 0, joins: [], downs: [], ups: [], node: undefined, publisher: undefined, keyedPublisher: undefined };
+    const h: Held = { index, client, subs: [], keyed: undefined, wire: new Map(), sockets: 0, joins: [], downs: [], ups: [], node: undefined, conn: undefined, publisher: undefined, keyedPublisher: undefined };
     ref.h = h;
     this.held.push(h);
     const readies: Promise<unknown>[] = [];
     const addSub = (topic: string): Sub => {
-      const sub: Sub = { topic, ids: [], keys: [], fence: 0, got: 0 };
+      const sub: Sub = { topic, ids: [], keys: [], fence: 0, got: 0, lastAt: 0 };
       const s = client.subscribe(topic, (e) => {
         sub.got++;
+        sub.lastAt = this.now();
         const d = e.data as { p?: unknown; n?: unknown; fence?: unknown } | null;
         if (typeof d === 'object' && d !== null && typeof d.fence === 'number') sub.fence = Math.max(sub.fence, d.fence);
         if (e.id !== undefined) {
@@ -263,7 +272,7 @@ class Clients {
     };
     const mine = topicsOf(roles, index);
     for (const k of mine) h.subs.push(addSub(durableTopic(roles, k)));
-    if (roles.keyedEvery > 0 && index % roles.keyedEvery === 1 % roles.keyedEvery) h.keyed = addSub(keyedTopic(roles, index % roles.keyedTopics));
+    if (roles.keyedEvery > 0 && index % roles.keyedEvery === 1 % roles.keyedEvery) h.keyed = addSub(keyedTopic(roles, Math.floor(index / roles.keyedEvery) % roles.keyedTopics));
     if (roles.publisherEvery > 0 && index % roles.publisherEvery === 0) {
       // Publishers spread evenly over the topics (not only their own): each topic's history stays well inside WS_HISTORY_SIZE.
       h.publisher = { topic: durableTopic(roles, Math.floor(index / roles.publisherEvery) % roles.topics), n: 0, nextAt: Infinity };
@@ -352,6 +361,28 @@ class Clients {
     return { clients: this.held.length, open, closed, pending: this.pending, acked: this.acked.length, cold, fenceMissing, keyedFenceMissing, keyedSubscribers };
   }
 
+  /**
+   * Keyed subscribers without the fence, for the report: grouped by node
+   * and shard of their socket, and a few whole (their socket's connection
+   * id, state, last (re)connect, and the joins they sent on the feed).
+   */
+  keyedStale(fence: number): { by: Record<string, number>; examples: string[] } {
+    const by: Record<string, number> = {};
+    const examples: string[] = [];
+    for (const h of this.held) {
+      const k = h.keyed;
+      if (k === undefined || k.fence >= fence) continue;
+      const where = h.conn === undefined ? '?' : h.conn.split('.').slice(0, 2).join('.');
+      this.count(by, `${where} ${h.client.state}`);
+      if (examples.length < 12) {
+        const joins = h.joins.filter((j) => j.includes(JSON.stringify(k.topic))).slice(-3).map((j) => j.replace(/"ref":"[^"]*",/, '').replace(/"topic":"[^"]*",?/, ''));
+        examples.push(`client ${h.index} on ${h.conn ?? '?'} (${h.client.state}, ${h.sockets} sockets, up at ${Math.round(h.ups.at(-1) ?? NaN)} ms, ` +
+          `down at ${Math.round(h.downs.at(-1) ?? NaN)} ms): ${k.got} keyed events, the last at ${Math.round(k.lastAt)} ms; joins ${joins.join(' ')}`);
+      }
+    }
+    return { by, examples };
+  }
+
   verify(acked: Record<string, string[]>, lost: Record<string, string[]>): DeliveryCheck {
     const byTopic = new Map(Object.entries(acked).map(([t, ids]) => [t, new Set(ids)]));
     const lostByTopic = new Map(Object.entries(lost).map(([t, ids]) => [t, new Set(ids)]));
@@ -396,6 +427,7 @@ function childMain(): void {
       case 'publishing': c.publishing(r.on); return null;
       case 'acked': return { acked: c.acked, extras: c.extras() };
       case 'verify': return c.verify(r.acked, r.lost);
+      case 'keyedStale': return c.keyedStale(r.fence);
       case 'timelines': return c.held.map((h) => ({ client: h.index, downs: h.downs, ups: h.ups }));
       case 'close': await c.close(); return null;
       case 'exit': return null;
@@ -476,6 +508,11 @@ export class Fleet {
   /** Every subscriber's check against the acked ids by topic; `lost`, those missing from history, are counted apart. */
   async verify(acked: Record<string, string[]>, lost: Record<string, string[]> = {}): Promise<DeliveryCheck[]> {
     return Promise.all(this.procs.map((p) => p.call<DeliveryCheck>({ op: 'verify', acked, lost }, 60_000)));
+  }
+
+  async keyedStale(fence: number): Promise<{ by: Record<string, number>; examples: string[] }> {
+    const rs = await Promise.all(this.procs.map((p) => p.call<{ by: Record<string, number>; examples: string[] }>({ op: 'keyedStale', fence }, 30_000)));
+    return { by: mergeCounts(rs.map((r) => r.by)), examples: rs.flatMap((r) => r.examples).slice(0, 12) };
   }
 
   async timelines(): Promise<{ client: number; downs: number[]; ups: number[] }[]> {

@@ -616,6 +616,10 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     await until(async () => { const s = await f.status(1); return s.fenceMissing === 0 && s.keyedFenceMissing === 0; }, 30_000, 500);
     const st = await f.status(1);
     if (st.fenceMissing > 0) findings.push(`${st.fenceMissing} durable subscriptions never got the fence`);
+    if (st.keyedFenceMissing > 0) {
+      const ks = await f.keyedStale(1);
+      findings.push(`keyed subscribers without the fence, by node.shard and state: ${JSON.stringify(ks.by)}`, ...ks.examples);
+    }
     const { acked, extras } = await f.acked();
     const byTopic = ackedByTopic(acked);
     const history = new Map<string, HistoryEvent[]>();

@@ -1183,6 +1183,10 @@ export async function runSoak(cfg: SoakConfig, log: (s: string) => void): Promis
     await until(async () => { const s = await f.status(1); return s.fenceMissing === 0 && s.keyedFenceMissing === 0; }, 60_000, 500);
     const st = await f.status(1);
     if (st.fenceMissing > 0) findings.push(`${st.fenceMissing} durable subscriptions never got the fence`);
+    if (st.keyedFenceMissing > 0) {
+      const ks = await f.keyedStale(1);
+      findings.push(`keyed subscribers without the fence, by node.shard and state: ${JSON.stringify(ks.by)}`, ...ks.examples);
+    }
     const { acked, extras } = await f.acked();
     const readAt = now();
     // Acks older than the history's TTL (less a minute for the reads' own time) have left history by design: deliveries only.

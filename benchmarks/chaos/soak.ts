@@ -53,7 +53,7 @@ import { metricByLabel, metricSum, parseMetrics } from '@sluice/gateway/testing'
 import { ackedByTopic, checkHistory, mergeDeliveryChecks, type Acked, type DeliveryCheck, type HistoryCheck, type HistoryEvent } from './analysis.ts';
 import { Cluster, type GatewayNode } from './cluster.ts';
 import { durableTopic, Fleet, keyedTopic, topicsOf, type Roles } from './fleet.ts';
-import { connectPatiently, defaultConfig, publishPatiently, until } from './scenarios.ts';
+import { connectPatiently, defaultConfig, fenceAndWait, until } from './scenarios.ts';
 import { RpcChild, serveRequests } from '../src/lib/child-rpc.ts';
 import { BENCH_ROOT } from '../src/lib/spawn.ts';
 import { commit, version } from './stamp.ts';
@@ -1178,10 +1178,9 @@ export async function runSoak(cfg: SoakConfig, log: (s: string) => void): Promis
     const st0 = await f.status();
     log(`  publishing stopped; outboxes ${drained ? 'empty' : `still hold ${st0.pending}`}; ${st0.acked} acked`);
     if (!drained) findings.push(`outboxes still held ${st0.pending} publishes 90 s after publishing stopped`);
-    for (let k = 0; k < roles.topics; k++) await publishPatiently(c.a, { topic: durableTopic(roles, k), data: { fence: 1 } });
-    for (let k = 0; k < roles.keyedTopics; k++) await publishPatiently(c.a, { topic: keyedTopic(roles, k), key: 'fence', data: { fence: 1 } });
-    await until(async () => { const s = await f.status(1); return s.fenceMissing === 0 && s.keyedFenceMissing === 0; }, 60_000, 500);
+    const keyedFences = await fenceAndWait(c.a, f, roles, 60_000);
     const st = await f.status(1);
+    if (keyedFences > 1) findings.push(`the keyed fence went out ${keyedFences} times before every keyed subscriber had it (subscribers reconnecting when it was published)`);
     if (st.fenceMissing > 0) findings.push(`${st.fenceMissing} durable subscriptions never got the fence`);
     if (st.keyedFenceMissing > 0) {
       const ks = await f.keyedStale(1);

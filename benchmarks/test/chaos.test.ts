@@ -21,7 +21,7 @@ import {
 import { accumulate, bucketGrowth, peakInWindow, peakRate, sumSeries, timeToShare } from '../src/lib/series.ts';
 import { requireSystemDep } from '../../tools/system-deps.mjs';
 import { DEPLOY_CFG, haproxyConfig, parseShowStat } from '../chaos/haproxy.ts';
-import { publishedTopics, topicsOf, type Roles } from '../chaos/fleet.ts';
+import { publishedTopics, topicsOf, wireEvent, type Roles } from '../chaos/fleet.ts';
 import { ALL_SCENARIOS, CI_SCENARIOS, clusterMasters, defaultConfig, SETUP } from '../chaos/scenarios.ts';
 
 const acked: Acked[] = [
@@ -458,4 +458,16 @@ test('the upgrade budget\'s goal: no survivor above 1.1x in a second, 99% back w
   assert.equal(budgetBoundMs({ upgradeRate: 1000, drainRate: 500 }, { name: 'all cut', survivors: ['A', 'B'], reconnect: kill({}, {}).steps[0]!.reconnect }), 8500);
   // Budget off: nothing checked.
   assert.deepEqual(violations(result({ upgradeRate: 0, steps: kill({}, { B: 5000 }).steps }), b), []);
+});
+
+test('the fleet reads a durable event\'s topic and id off the wire as the gateway frames it', async () => {
+  const { encodeEventFrame } = await import('@sluice/protocol');
+  const base = { topic: 'chaos.r.d1', dataJson: '{"p":1,"id":"9-9"}', key: undefined, traceparent: undefined };
+  assert.deepEqual(wireEvent(encodeEventFrame(base, '1796429097827-3')), { topic: 'chaos.r.d1', id: '1796429097827-3' });
+  const traced = { ...base, traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' };
+  assert.deepEqual(wireEvent(encodeEventFrame(traced, '5-0')), { topic: 'chaos.r.d1', id: '5-0' });
+  assert.equal(wireEvent(encodeEventFrame({ ...base, key: 'sym1' }, undefined)), undefined, 'a keyed event has no id');
+  assert.equal(wireEvent(encodeEventFrame(base, undefined)), undefined, 'nor an ephemeral one, whatever its data holds');
+  // Another field order (not the gateway's today) is parsed.
+  assert.deepEqual(wireEvent('{"type":"event","data":1,"topic":"t","id":"7-1"}'), { topic: 't', id: '7-1' });
 });

@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  churnQuota, fitTrend, livesOf, parseShowSess, parseSoakArgs, pickRandom, renderSoakReport, renderSoakSvg, slopes, soakViolations, verdictOf,
+  churnQuota, fitTrend, livesOf, parseShowSess, parseSoakArgs, pickRandom, renderSoakReport, renderSoakSvg, SETTLE_MS, slopes, soakViolations, transientsOf, verdictOf,
   type NodeSample, type SoakConfig, type SoakResult, type SoakSample,
 } from '../chaos/soak.ts';
 
@@ -120,6 +120,26 @@ test('slopes: fits after each warm-up; Redis filling until its own warm-up is fl
   const growing = slopes(run(20), o);
   assert.equal(by(growing, 'rss').verdict, 'growing');
   assert.ok(Math.abs(by(growing, 'rss').raw.pctPerHour - 20 / (1 + 0.2 * (12.5 / 60))) < 0.5, `${by(growing, 'rss').raw.pctPerHour}`);
+});
+
+test('slopes: a drain surge at the end of the window reads as growth; left out as a transient, A is flat', () => {
+  const o = { warmupMs: 5 * MIN, redisWarmupMs: 11 * MIN, endMs: Infinity, thresholdPct: 5 };
+  // A flat A whose RSS and heap jump for the minute after a drain of B at 18 min (its clients moving to A).
+  const samples = run(0).map((x) => (x.t >= 18 * MIN && x.t < 19.5 * MIN
+    ? { ...x, a: { ...x.a, rss: x.a.rss! + 70 * MIB, heap: x.a.heap! + 40 * MIB } } : x));
+  const by = (rows: ReturnType<typeof slopes>, k: string): ReturnType<typeof slopes>[number] => rows.find((r) => r.key === k)!;
+  assert.equal(by(slopes(samples, o), 'rss').verdict, 'growing');
+  const drain = { at: 18 * MIN, exitMs: 10_000, exitCode: 0, backMs: 25_000, upMs: 30_000 };
+  const windows = transientsOf([drain]);
+  assert.deepEqual(windows, [{ from: 18 * MIN, to: 18 * MIN + 30_000 + SETTLE_MS }]);
+  const settled = slopes(samples, { ...o, transients: windows });
+  assert.equal(by(settled, 'rss').verdict, 'flat');
+  assert.equal(by(settled, 'heap').verdict, 'flat');
+  assert.equal(by(settled, 'rss').raw.n, by(slopes(samples, o), 'rss').raw.n - 10, 'the 10 samples of 18:00 to 19:30');
+  // Redis is not A: its window is not cut.
+  assert.equal(by(settled, 'redisUsed').raw.n, by(slopes(samples, o), 'redisUsed').raw.n);
+  // A 99% never reached (NaN) counts from B's return.
+  assert.deepEqual(transientsOf([{ ...drain, backMs: NaN }]), windows);
 });
 
 test('livesOf: B apart per start, only while up', () => {

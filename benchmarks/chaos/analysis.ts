@@ -470,6 +470,8 @@ export interface StepResult {
   readonly closesPeakPerS: number;
   readonly closesPeak5sPerS: number;
   readonly reconnect: ReconnectStats;
+  /** CPU seconds by role from the first drop until 99% were back (chaos/cpu.ts), and that wall time. */
+  readonly returnCpu?: { readonly wallS: number; readonly by: Readonly<Record<string, number>> };
 }
 
 export interface ScenarioResult {

@@ -8,6 +8,7 @@
 // stopped in the end, whatever happened (node A's network namespace, in the
 // network-fault scenarios, too).
 
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { topicKey, topicRedisKeys } from '@sluice/core';
@@ -21,6 +22,7 @@ import { accumulate, bucketGrowth, peakInWindow, peakRate, sumSeries, type Count
 import { Cluster, describeRedis, type GatewayNode, Poller, type RedisTopology } from './cluster.ts';
 import { durableTopic, Fleet, keyedTopic, publishedTopics, type Roles, type Status } from './fleet.ts';
 import type { SlowLinkOptions } from './netfault.ts';
+import { cpuBetween, CpuSampler, describeCpu } from './cpu.ts';
 
 export type ScenarioName = 'rolling' | 'kill' | 'redis' | 'storm' | 'sentinel' | 'sentinel-n0' | 'cluster' | 'cluster-n0' | 'partition' | 'slowlink';
 export const ALL_SCENARIOS: readonly ScenarioName[] = ['rolling', 'kill', 'redis', 'storm', 'sentinel', 'sentinel-n0', 'cluster', 'cluster-n0', 'partition', 'slowlink'];
@@ -633,7 +635,11 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     await f.publishing(true);
     await sleep(3000);
     const ctx: Ctx = { cfg, roles, cluster: c, fleet: f, now, log, findings };
+    const fleetPids = new Set(f.procs.map((p) => p.pid));
+    const cpu = new CpuSampler((pid, comm) => (c.nodes.some((n) => n.pid === pid) ? 'gateways' : fleetPids.has(pid) ? 'clients'
+      : comm === 'haproxy' ? 'HAProxy' : comm.startsWith('redis-') ? 'Redis' : pid === process.pid ? 'orchestrator' : undefined), now);
     const windows = await SCRIPTS[name](ctx);
+    cpu.stop();
     await sleep(3000);
     await f.publishing(false);
     const drained = await until(async () => (await f.status()).pending === 0, 90_000, 500);
@@ -662,6 +668,7 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     const timelines = await f.timelines();
     const series = (names: readonly string[]): CounterPoll[] => sumSeries(names.map((n) => accumulate(poller!.raw.get(n) ?? [])));
     const downsIn = (w: StepWindow): number[] => timelines.flatMap((t) => t.downs.filter((u) => u >= w.from && u < w.to)).sort((x, y) => x - y);
+    const w0 = (st: StepResult): number => windows.find((w) => w.name === st.name)!.from;
     const steps: StepResult[] = windows.map((w) => ({
       name: w.name, survivors: w.survivors,
       peakArrivalsPerS: peakRate(series(w.survivors), 1000, w.from, w.to),
@@ -671,7 +678,13 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
       closesPeakPerS: peakInWindow(downsIn(w), 1000),
       closesPeak5sPerS: peakInWindow(downsIn(w), 5000) / 5,
       reconnect: reconnectStats(timelines, w.from, w.to),
-    }));
+    })).map((st) => {
+      // Who had the CPU from the first drop until 99% were back.
+      const from = w0(st) + st.reconnect.firstDropMs;
+      const used = cpuBetween(cpu.samples, from, from + st.reconnect.t99FromDropMs);
+      if (used !== undefined) findings.push(`${name}, ${st.name}: CPU from the first drop until 99% were back: ${describeCpu(used, availableParallelism())}`);
+      return used === undefined ? st : { ...st, returnCpu: used };
+    });
     await poller.stop();
     const shardRestarts = poller.shardRestarts();
     const replicaAckFailures = poller.replicaAckFailures();

@@ -471,3 +471,19 @@ test('the fleet reads a durable event\'s topic and id off the wire as the gatewa
   // Another field order (not the gateway's today) is parsed.
   assert.deepEqual(wireEvent('{"type":"event","data":1,"topic":"t","id":"7-1"}'), { topic: 't', id: '7-1' });
 });
+
+test('cpuBetween: each role\'s CPU between the samples around a window; describeCpu: shares of the core-seconds and the idle rest', async () => {
+  const { cpuBetween, describeCpu } = await import('../chaos/cpu.ts');
+  const samples = [
+    { t: 0, by: { gateways: 0, clients: 0 } },
+    { t: 1000, by: { gateways: 0.5, clients: 1.0 } },
+    { t: 2000, by: { gateways: 1.5, clients: 1.5, HAProxy: 0.2 } },
+    { t: 3000, by: { gateways: 2.0, clients: 2.5, HAProxy: 0.2 } },
+  ];
+  // [1200, 2500] is covered by the samples at 1000 and 3000.
+  assert.deepEqual(cpuBetween(samples, 1200, 2500), { wallS: 2, by: { gateways: 1.5, clients: 1.5, HAProxy: 0.2 } });
+  assert.deepEqual(cpuBetween(samples, 1000, 2000), { wallS: 1, by: { gateways: 1, clients: 0.5, HAProxy: 0.2 } });
+  assert.equal(cpuBetween(samples, 2000, 2000), undefined, 'an empty window');
+  assert.equal(cpuBetween([], 0, 1000), undefined);
+  assert.equal(describeCpu({ wallS: 2, by: { gateways: 1.5, clients: 2 } }, 2), 'clients 2.0 s (50%), gateways 1.5 s (38%), idle 0.5 s (13%) of 4.0 core-seconds');
+});

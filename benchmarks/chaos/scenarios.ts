@@ -638,8 +638,12 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     const fleetPids = new Set(f.procs.map((p) => p.pid));
     const cpu = new CpuSampler((pid, comm) => (c.nodes.some((n) => n.pid === pid) ? 'gateways' : fleetPids.has(pid) ? 'clients'
       : comm === 'haproxy' ? 'HAProxy' : comm.startsWith('redis-') ? 'Redis' : pid === process.pid ? 'orchestrator' : undefined), now);
-    const windows = await SCRIPTS[name](ctx);
-    cpu.stop();
+    let windows: StepWindow[];
+    try {
+      windows = await SCRIPTS[name](ctx);
+    } finally {
+      cpu.stop();
+    }
     await sleep(3000);
     await f.publishing(false);
     const drained = await until(async () => (await f.status()).pending === 0, 90_000, 500);

@@ -474,7 +474,7 @@ test('the fleet reads a durable event\'s topic and id off the wire as the gatewa
 
 test('cpuBetween: each role\'s CPU between the samples around a window; describeCpu: shares of the core-seconds and the idle rest', async () => {
   const { cpuBetween, describeCpu } = await import('../chaos/cpu.ts');
-  const samples = [
+  const samples: { t: number; by: Record<string, number> }[] = [
     { t: 0, by: { gateways: 0, clients: 0 } },
     { t: 1000, by: { gateways: 0.5, clients: 1.0 } },
     { t: 2000, by: { gateways: 1.5, clients: 1.5, HAProxy: 0.2 } },

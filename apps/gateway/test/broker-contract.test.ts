@@ -7,7 +7,8 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { MessageChannel } from 'node:worker_threads';
-import { type Broker, type Config, type Delivery, loadConfig, ownerOf, type PublishFields, topicKey } from '@sluice/core';
+import { Redis } from 'ioredis';
+import { type Broker, type Config, type Delivery, loadConfig, ownerOf, type PublishFields, topicKey, topicRedisKeys } from '@sluice/core';
 import { compareEventIdStrings, EventClass } from '@sluice/protocol';
 import { createLogger } from '@sluice/telemetry';
 import { MeshBroker } from '../src/mesh-broker.ts';
@@ -305,6 +306,43 @@ for (const impl of impls) {
     });
   });
 }
+
+describe('Redis history keys (standalone)', () => {
+  test('a stream and its floor expire keep ms after the later of the clock and the id; a position past a floor that outlived its stream is now', async () => {
+    const [a] = await redisPair('standalone');
+    const server = await servers.get('standalone')!;
+    const redis = new Redis(server.url);
+    try {
+      const keep = config.historyTtlMs + Math.max(config.historyTtlMs, 3_600_000);
+      // An id an hour ahead of the clock (a clock that stepped back, or a master behind its predecessor): the next is after it.
+      const ahead = topicKey('default', 'ahead');
+      const k = topicRedisKeys(ahead);
+      const future = Date.now() + 3_600_000;
+      await redis.xadd(k.stream, `${future}-0`, 'h', '', 't', '');
+      const r = await a.broker.publish('default', durable('ahead', 1));
+      const idMs = Number(r.ok ? r.id!.split('-')[0] : NaN);
+      assert.ok(idMs >= future, `id ${r.ok ? r.id : ''} after ${future}-0`);
+      const at = Number(await redis.call('PEXPIRETIME', k.stream));
+      assert.ok(at >= idMs + keep && at <= idMs + keep + 1000, `the stream expires at ${at}, keep after the id: ${idMs + keep}`);
+      // Nothing was trimmed: no floor yet. A publish trimming by length sets one, which expires with the stream.
+      assert.equal(Number(await redis.call('PEXPIRETIME', k.floor)), -2);
+      for (let i = 0; i < 6; i++) await a.broker.publish('default', durable('ahead', i));
+      assert.equal(Number(await redis.call('PEXPIRETIME', k.floor)), Number(await redis.call('PEXPIRETIME', k.stream)));
+
+      // A floor two hours old with no stream (a read trimmed it and set it again after the stream's last publish).
+      const gone = topicKey('default', 'gone');
+      const g = topicRedisKeys(gone);
+      await redis.set(g.floor, `${Date.now() - 7_200_000}-0`, 'PX', 60_000);
+      const before = Date.now();
+      const position = await a.broker.subscribe(gone);
+      a.broker.unsubscribe(gone);
+      assert.ok(Number(String(position).split('-')[0]) >= before - 1000, `position ${position} is about now`);
+      assert.deepEqual(await a.broker.history(gone, position), { events: [], recovered: true });
+    } finally {
+      redis.disconnect();
+    }
+  });
+});
 
 describe('embedded broker when the owner shard is gone', () => {
   test('publishes to its topics resolve unavailable and subscribes reject; its other topics still work', async () => {

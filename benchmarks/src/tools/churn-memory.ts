@@ -143,6 +143,7 @@ async function main(): Promise<void> {
   await gw.stop(10_000);
   await redis?.stop();
   const fit = samples.filter((s) => s.t >= warmupMin * 60);
+  if (fit.length < 3) throw new Error(`${fit.length} samples after the ${warmupMin}-minute warm-up: run longer than it (--minutes)`);
   const bySessions = fitLine(fit.map((s) => s.sessions), fit.map((s) => s.rss));
   const heapBySessions = fitLine(fit.map((s) => s.sessions), fit.map((s) => s.heap));
   console.log(JSON.stringify({ minutes, rate, hold, eventsPerS, redis: useRedis, surge, surgeEvery, surgeHold, surges, sessions, failed, published, samples }));

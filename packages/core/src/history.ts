@@ -42,6 +42,8 @@ class TopicLog {
   size = 0;
   lastMs = -1;
   lastSeq = 0;
+  /** The last id was handed out by `position` (no event appended since): a later position may move it to its own time. */
+  positional = false;
   /** The newest id that may have been trimmed: ids at or below it may be missing. */
   floorMs: number;
   floorSeq: number;
@@ -143,6 +145,7 @@ export class MemoryHistory {
     } else {
       log.lastSeq++;
     }
+    log.positional = false;
     const id = `${log.lastMs}-${log.lastSeq}`;
     const frame = encode(arg, id);
     if (this.maxEvents === 0) {
@@ -194,13 +197,21 @@ export class MemoryHistory {
   position(topic: string, clock: number): string {
     const log = this.topics.get(topic);
     const last = log?.last;
-    if (last !== undefined) return formatEventId(last);
+    // A topic with events (or a tombstone of them) stands at its newest id.
+    // One that only ever had positions stands at now: no event lies between
+    // the last position and now, and the log is then kept (see sweep) for
+    // ttl + tombstone after this position, as Redis keeps none and vouches
+    // from its own clock.
+    if (last !== undefined && log?.positional !== true) return formatEventId(last);
     const now = this.monotonic(clock);
     const fresh = log ?? new TopicLog(this.creationFloor(now));
     if (log === undefined) this.topics.set(topic, fresh);
-    fresh.lastMs = now;
-    fresh.lastSeq = 0;
-    return `${now}-0`;
+    if (now > fresh.lastMs) {
+      fresh.lastMs = now;
+      fresh.lastSeq = 0;
+    }
+    fresh.positional = true;
+    return formatEventId(fresh.last!);
   }
 
   /** The newest id of a topic, if it has one. */

@@ -127,6 +127,21 @@ describe('MemoryHistory: examples', () => {
     assert.deepEqual(h.read('t', idOf(seen), T0 + 6002), { events: [{ id: e, frame: frameOf('t', e) }], recovered: false });
   });
 
+  test('on a topic that never had an event, each position is the time it was taken, vouched for ttl + tombstone after it', () => {
+    const h = new MemoryHistory(10, 1000, 5000);
+    assert.equal(h.position('feed', T0), `${T0}-0`);
+    const late = h.position('feed', T0 + 5000);
+    assert.equal(late, `${T0 + 5000}-0`, 'a later subscriber stands at its own time');
+    h.sweep(T0 + 10_500, 10);
+    assert.deepEqual(h.read('feed', idOf(late), T0 + 10_500), { events: [], recovered: true }, 'kept for ttl + tombstone after the last position');
+    const e = appendAt(h, 'feed', T0 + 10_500);
+    assert.equal(e, `${T0 + 10_500}-0`);
+    assert.equal(h.position('feed', T0 + 10_600), e, 'with an event, the position is its newest id');
+    const h2 = new MemoryHistory(10, 1000, 5000);
+    h2.position('y', T0 + 2);
+    assert.equal(appendAt(h2, 'y', T0 + 2), `${T0 + 2}-1`, 'an event in the ms of a position is above it');
+  });
+
   test('a position taken on a topic with no event vouches for itself for ttl + tombstone (a keyed-only feed)', () => {
     const h = new MemoryHistory(10, 1000, 5000);
     const p = h.position('feed', T0);

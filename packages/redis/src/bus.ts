@@ -98,8 +98,13 @@ if maxlen > 0 then
 end
 local id = redis.call('XADD', stream, 'MAXLEN', maxlen, '*', 'h', ARGV[5], 't', ARGV[6])
 if maxlen == 0 then redis.call('SET', floor, id, 'PX', keep) end
-redis.call('PEXPIRE', stream, keep)
-redis.call('PEXPIRE', floor, keep)
+-- Both expire keep ms after the later of the clock and the id (an id runs
+-- ahead of a clock that stepped back): a stream that is gone had its last
+-- event more than keep ms ago, which the reads and the line above rely on.
+local t = redis.call('TIME')
+local at = math.max(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(string.match(id, '^(%d+)'))) + keep
+redis.call('PEXPIREAT', stream, at)
+redis.call('PEXPIREAT', floor, at)
 if idemTtl > 0 then redis.call('SET', idem, id, 'PX', idemTtl) end
 redis.call(ARGV[7], ARGV[8], ARGV[9] .. id .. '${SEP}' .. ARGV[5] .. id .. ARGV[6])
 return {id, 0}
@@ -134,8 +139,12 @@ return {1, f, redis.call('XREVRANGE', stream, '+', '-', 'COUNT', ARGV[3]), m}
 const POSITION_LUA = `
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if #last > 0 then return last[1][1] end
-local f = redis.call('GET', KEYS[2])
-if f then return f end
+-- A floor outlives its stream when a read trimmed it late; with the stream
+-- gone, that id is older than keep and a since of it would not recover.
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local f = redis.call('GET', KEYS[2])
+  if f then return f end
+end
 local t = redis.call('TIME')
 return (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - 1) .. '-0'
 `;

@@ -284,6 +284,8 @@ type Op =
 type SinceSpec =
   | { readonly kind: 'seen'; readonly pick: number; readonly dms: number; readonly dseq: number }
   | { readonly kind: 'ago'; readonly ago: Dt; readonly seq: number }
+  /** Near the edge of what a new log vouches for: ttl + tombstone ago, give or take a ms or two. */
+  | { readonly kind: 'keep'; readonly plus: number; readonly seq: number }
   | { readonly kind: 'zero' }
   /** No since: the newest `limit` events. */
   | { readonly kind: 'none' };
@@ -295,6 +297,7 @@ const resolve = (dt: Dt, ttl: number): number => (typeof dt === 'number' ? dt : 
 const sinceArb: fc.Arbitrary<SinceSpec> = fc.oneof(
   fc.record({ kind: fc.constant('seen' as const), pick: fc.nat(), dms: fc.integer({ min: -1, max: 1 }), dseq: fc.integer({ min: -1, max: 1 }) }),
   fc.record({ kind: fc.constant('ago' as const), ago: fc.oneof(fc.integer({ min: -5, max: 200 }), ttlPlus), seq: fc.integer({ min: 0, max: 2 }) }),
+  fc.record({ kind: fc.constant('keep' as const), plus: fc.integer({ min: -2, max: 2 }), seq: fc.integer({ min: 0, max: 2 }) }),
   fc.constant({ kind: 'zero' as const }),
   fc.constant({ kind: 'none' as const }),
 );
@@ -311,8 +314,10 @@ interface ModelEvent {
 }
 
 /** A since near an id already handed out (mostly of the topic read), some time ago, from the start, or none. */
-function sinceFrom(spec: SinceSpec, own: readonly EventId[], seen: readonly EventId[], now: number, ttl: number): EventId | undefined {
+function sinceFrom(spec: SinceSpec, own: readonly EventId[], seen: readonly EventId[], now: number, ttl: number, tombstone = Math.max(ttl, 3_600_000)): EventId | undefined {
   switch (spec.kind) {
+    case 'keep':
+      return { ms: now - ttl - tombstone + spec.plus, seq: spec.seq };
     case 'none':
       return undefined;
     case 'zero':
@@ -356,7 +361,7 @@ describe('MemoryHistory: against the model', () => {
             if (createdAt.get(op.topic) === undefined) createdAt.set(op.topic, now);
           } else if (op.kind === 'read') {
             const evs = appended.get(op.topic)!;
-            const s = sinceFrom(op.since, evs.map((e) => e.id), seen, now, ttl);
+            const s = sinceFrom(op.since, evs.map((e) => e.id), seen, now, ttl, tombstone);
             const limit = op.limit ?? undefined;
             const kept = evs.filter((e, i) => i >= evs.length - maxEvents && e.id.ms >= now - ttl);
             const r = h.read(op.topic, s, now, limit);

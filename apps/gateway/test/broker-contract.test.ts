@@ -329,7 +329,20 @@ describe('Redis history keys (standalone)', () => {
       for (let i = 0; i < 6; i++) await a.broker.publish('default', durable('ahead', i));
       assert.equal(Number(await redis.call('PEXPIRETIME', k.floor)), Number(await redis.call('PEXPIRETIME', k.stream)));
 
-      // A floor two hours old with no stream (a read trimmed it and set it again after the stream's last publish).
+      // A read that trims by age sets the floor: it expires with its stream, not keep after the read.
+      const [short] = await redisPair('standalone', { WS_HISTORY_TTL_MS: '1000' });
+      const aged = topicKey('default', 'aged');
+      const ak = topicRedisKeys(aged);
+      const first = await short.broker.publish('default', durable('aged', 1));
+      await new Promise((r) => setTimeout(r, 1500));
+      const streamAt = Number(await redis.call('PEXPIRETIME', ak.stream));
+      const read = await short.broker.history(aged, '0-0');
+      assert.deepEqual([read.events.length, read.recovered], [0, false], 'the event expired and was trimmed');
+      assert.equal(await redis.get(ak.floor), first.ok ? first.id : '');
+      const floorAt = Number(await redis.call('PEXPIRETIME', ak.floor));
+      assert.ok(Math.abs(floorAt - streamAt) <= 5, `the floor expires at ${floorAt}, the stream at ${streamAt}`);
+
+      // A floor two hours old with no stream (Redis evicted or lost the stream alone).
       const gone = topicKey('default', 'gone');
       const g = topicRedisKeys(gone);
       await redis.set(g.floor, `${Date.now() - 7_200_000}-0`, 'PX', 60_000);

@@ -53,19 +53,23 @@ export interface BusMessage {
 const SEP = '\x1f';
 
 // Trims a stream by age (ids below ARGV minid), remembering the newest
-// trimmed id in the floor key.
+// trimmed id in the floor key; Redis's clock in ms.
 const TRIM_AGE = `
 local function trimAge(stream, floor, minid, keepMs)
   local last = redis.call('XREVRANGE', stream, '(' .. minid, '-', 'COUNT', 1)
   if #last > 0 then
-    redis.call('SET', floor, last[1][1], 'PX', keepMs)
+    -- The floor expires with its stream (every publish set the stream's expiry).
+    local left = redis.call('PTTL', stream)
+    redis.call('SET', floor, last[1][1], 'PX', left > 0 and left or keepMs)
     redis.call('XTRIM', stream, 'MINID', minid)
   end
 end
-local function minid(ttl)
+local function nowMs()
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  return (now - ttl) .. '-0'
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function minid(ttl)
+  return (nowMs() - ttl) .. '-0'
 end
 `;
 
@@ -101,8 +105,7 @@ if maxlen == 0 then redis.call('SET', floor, id, 'PX', keep) end
 -- Both expire keep ms after the later of the clock and the id (an id runs
 -- ahead of a clock that stepped back): a stream that is gone had its last
 -- event more than keep ms ago, which the reads and the line above rely on.
-local t = redis.call('TIME')
-local at = math.max(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(string.match(id, '^(%d+)'))) + keep
+local at = math.max(nowMs(), tonumber(string.match(id, '^(%d+)'))) + keep
 redis.call('PEXPIREAT', stream, at)
 redis.call('PEXPIREAT', floor, at)
 if idemTtl > 0 then redis.call('SET', idem, id, 'PX', idemTtl) end
@@ -139,8 +142,9 @@ return {1, f, redis.call('XREVRANGE', stream, '+', '-', 'COUNT', ARGV[3]), m}
 const POSITION_LUA = `
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if #last > 0 then return last[1][1] end
--- A floor outlives its stream when a read trimmed it late; with the stream
--- gone, that id is older than keep and a since of it would not recover.
+-- A floor expires with its stream, unless Redis evicted or lost the
+-- stream alone: with the stream gone, that id may be older than keep and a
+-- since of it would not recover.
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local f = redis.call('GET', KEYS[2])
   if f then return f end

@@ -203,9 +203,10 @@ export async function publishPatiently(node: GatewayNode, body: Record<string, u
  * the newest value to a subscriber that is there): it is published again
  * every 2 s while some keyed subscriber lacks it, as a live feed would
  * tick, and a subscriber still without it at the end was connected through
- * many of them. Answers how many keyed fences went out.
+ * many of them. Answers the fleet's status then, and what the report should
+ * say (repeated keyed fences, subscribers without a fence, where they were).
  */
-export async function fenceAndWait(node: GatewayNode, f: Fleet, roles: Roles, ms: number): Promise<number> {
+export async function fenceAndWait(node: GatewayNode, f: Fleet, roles: Roles, ms: number): Promise<{ status: Status; findings: string[] }> {
   for (let k = 0; k < roles.topics; k++) await publishPatiently(node, { topic: durableTopic(roles, k), data: { fence: 1 } });
   let keyed = 0;
   const keyedFence = async (): Promise<void> => {
@@ -222,7 +223,15 @@ export async function fenceAndWait(node: GatewayNode, f: Fleet, roles: Roles, ms
     }
     return s.fenceMissing === 0 && s.keyedFenceMissing === 0;
   }, ms, 500);
-  return keyed;
+  const status = await f.status(1);
+  const findings: string[] = [];
+  if (keyed > 1) findings.push(`the keyed fence went out ${keyed} times before every keyed subscriber had it (subscribers reconnecting when it was published)`);
+  if (status.fenceMissing > 0) findings.push(`${status.fenceMissing} durable subscriptions never got the fence`);
+  if (status.keyedFenceMissing > 0) {
+    const ks = await f.keyedStale(1);
+    findings.push(`keyed subscribers without the fence, by node.shard and state: ${JSON.stringify(ks.by)}`, ...ks.examples);
+  }
+  return { status, findings };
 }
 
 interface Ctx {
@@ -652,14 +661,9 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     if (!drained) findings.push(`outboxes still held ${st0.pending} publishes 90 s after publishing stopped; Redis then: ${await c.redisState()}`);
     // The fence: one more event on every topic and feed, from the admin API; once every subscriber has it, delivery is over.
     const live = c.nodes.find((n) => n.alive) ?? c.a;
-    const keyedFences = await fenceAndWait(live, f, roles, 30_000);
-    const st = await f.status(1);
-    if (keyedFences > 1) findings.push(`the keyed fence went out ${keyedFences} times before every keyed subscriber had it (subscribers reconnecting when it was published)`);
-    if (st.fenceMissing > 0) findings.push(`${st.fenceMissing} durable subscriptions never got the fence`);
-    if (st.keyedFenceMissing > 0) {
-      const ks = await f.keyedStale(1);
-      findings.push(`keyed subscribers without the fence, by node.shard and state: ${JSON.stringify(ks.by)}`, ...ks.examples);
-    }
+    const fence = await fenceAndWait(live, f, roles, 30_000);
+    const st = fence.status;
+    findings.push(...fence.findings);
     const { acked, extras } = await f.acked();
     const byTopic = ackedByTopic(acked);
     const history = new Map<string, HistoryEvent[]>();
@@ -672,22 +676,23 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     const timelines = await f.timelines();
     const series = (names: readonly string[]): CounterPoll[] => sumSeries(names.map((n) => accumulate(poller!.raw.get(n) ?? [])));
     const downsIn = (w: StepWindow): number[] => timelines.flatMap((t) => t.downs.filter((u) => u >= w.from && u < w.to)).sort((x, y) => x - y);
-    const w0 = (st: StepResult): number => windows.find((w) => w.name === st.name)!.from;
-    const steps: StepResult[] = windows.map((w) => ({
-      name: w.name, survivors: w.survivors,
-      peakArrivalsPerS: peakRate(series(w.survivors), 1000, w.from, w.to),
-      peakArrivalsByNode: Object.fromEntries(w.survivors.map((n) => [n, peakRate(series([n]), 1000, w.from, w.to)])),
-      overBudgetByNode: Object.fromEntries(w.survivors.map((n) => [n, bucketGrowth(accumulate(poller!.overBudget.get(n) ?? []), w.from, w.to, w.to - w.from)[0] ?? 0])),
-      clientPeakPerS: peakInWindow(timelines.flatMap((t) => t.ups.filter((u) => u >= w.from && u < w.to)).sort((x, y) => x - y), 1000),
-      closesPeakPerS: peakInWindow(downsIn(w), 1000),
-      closesPeak5sPerS: peakInWindow(downsIn(w), 5000) / 5,
-      reconnect: reconnectStats(timelines, w.from, w.to),
-    })).map((st) => {
+    const steps: StepResult[] = windows.map((w) => {
+      const reconnect = reconnectStats(timelines, w.from, w.to);
       // Who had the CPU from the first drop until 99% were back.
-      const from = w0(st) + st.reconnect.firstDropMs;
-      const used = cpuBetween(cpu.samples, from, from + st.reconnect.t99FromDropMs);
-      if (used !== undefined) findings.push(`${name}, ${st.name}: CPU from the first drop until 99% were back: ${describeCpu(used, availableParallelism())}`);
-      return used === undefined ? st : { ...st, returnCpu: used };
+      const dropAt = w.from + reconnect.firstDropMs;
+      const returnCpu = cpuBetween(cpu.samples, dropAt, dropAt + reconnect.t99FromDropMs);
+      if (returnCpu !== undefined) findings.push(`${name}, ${w.name}: CPU from the first drop until 99% were back: ${describeCpu(returnCpu, availableParallelism())}`);
+      return {
+        name: w.name, survivors: w.survivors,
+        peakArrivalsPerS: peakRate(series(w.survivors), 1000, w.from, w.to),
+        peakArrivalsByNode: Object.fromEntries(w.survivors.map((n) => [n, peakRate(series([n]), 1000, w.from, w.to)])),
+        overBudgetByNode: Object.fromEntries(w.survivors.map((n) => [n, bucketGrowth(accumulate(poller!.overBudget.get(n) ?? []), w.from, w.to, w.to - w.from)[0] ?? 0])),
+        clientPeakPerS: peakInWindow(timelines.flatMap((t) => t.ups.filter((u) => u >= w.from && u < w.to)).sort((x, y) => x - y), 1000),
+        closesPeakPerS: peakInWindow(downsIn(w), 1000),
+        closesPeak5sPerS: peakInWindow(downsIn(w), 5000) / 5,
+        reconnect,
+        ...(returnCpu === undefined ? {} : { returnCpu }),
+      };
     });
     await poller.stop();
     const shardRestarts = poller.shardRestarts();

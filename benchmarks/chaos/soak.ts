@@ -1195,14 +1195,9 @@ export async function runSoak(cfg: SoakConfig, log: (s: string) => void): Promis
     const st0 = await f.status();
     log(`  publishing stopped; outboxes ${drained ? 'empty' : `still hold ${st0.pending}`}; ${st0.acked} acked`);
     if (!drained) findings.push(`outboxes still held ${st0.pending} publishes 90 s after publishing stopped`);
-    const keyedFences = await fenceAndWait(c.a, f, roles, 60_000);
-    const st = await f.status(1);
-    if (keyedFences > 1) findings.push(`the keyed fence went out ${keyedFences} times before every keyed subscriber had it (subscribers reconnecting when it was published)`);
-    if (st.fenceMissing > 0) findings.push(`${st.fenceMissing} durable subscriptions never got the fence`);
-    if (st.keyedFenceMissing > 0) {
-      const ks = await f.keyedStale(1);
-      findings.push(`keyed subscribers without the fence, by node.shard and state: ${JSON.stringify(ks.by)}`, ...ks.examples);
-    }
+    const fence = await fenceAndWait(c.a, f, roles, 60_000);
+    const st = fence.status;
+    findings.push(...fence.findings);
     const { acked, extras } = await f.acked();
     const readAt = now();
     // Acks older than the history's TTL (less a minute for the reads' own time) have left history by design: deliveries only.

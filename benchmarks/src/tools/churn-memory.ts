@@ -4,7 +4,8 @@
 // connections were the cause.) This runs the soak's churn many times faster
 // on one node: it holds `--hold` sockets joined to two durable topics each,
 // while `--rate` sessions a second connect, join two topics with `since`
-// (a history read each, as the SDK's resumes do), get events, and close;
+// (the newest id published on any topic: a history read and a replay
+// splice each, as the SDK's resumes do), get events, and close;
 // events are published at `--events` a second. RSS, the V8 heaps of every
 // thread and the sockets held are sampled every 10 s, and the slope of RSS
 // against sessions served is fitted after the warm-up. A leak per

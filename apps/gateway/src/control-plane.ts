@@ -50,6 +50,60 @@ interface UsersAnswer {
   readonly online: readonly string[];
 }
 
+/**
+ * A question to every node (the admin page's views) or to one (a drain),
+ * on the control channel; each node answers on the asking node's reply
+ * channel with `{from, rid, body}`.
+ */
+export type NodeAsk =
+  | { readonly kind: 'stats' }
+  | { readonly kind: 'topics'; readonly tenant: string | undefined; readonly limit: number }
+  | { readonly kind: 'connections'; readonly tenant: string; readonly user: string }
+  /** Only the node named drains (and answers). */
+  | { readonly kind: 'drain'; readonly node: string };
+
+interface AskEnvelope {
+  readonly from: string;
+  readonly ask: NodeAsk & { readonly rid: number };
+}
+
+/** What the nodes asked answered: each answer by node id, and the nodes alive that did not answer in time. */
+export interface NodeAnswers {
+  readonly answers: ReadonlyMap<string, unknown>;
+  readonly unanswered: readonly string[];
+}
+
+interface NodeAskWait {
+  readonly answers: Map<string, unknown>;
+  readonly waiting: Set<string>;
+  readonly done: () => void;
+}
+
+/** The largest `limit` of a topics ask (GET /v1/topics). */
+export const MAX_TOP_TOPICS = 100;
+const NODE_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+function isAskEnvelope(v: unknown): v is AskEnvelope {
+  const e = v as Partial<AskEnvelope> | null;
+  if (typeof e !== 'object' || e === null || typeof e.from !== 'string') return false;
+  const a = e.ask as Record<string, unknown> | undefined;
+  if (typeof a !== 'object' || a === null || !Number.isSafeInteger(a.rid)) return false;
+  const tenantOk = (t: unknown): boolean => typeof t === 'string' && TOPIC_PATTERN.test(t);
+  switch (a.kind) {
+    case 'stats':
+      return true;
+    case 'topics':
+      return (a.tenant === undefined || tenantOk(a.tenant)) && Number.isInteger(a.limit) && (a.limit as number) >= 1 &&
+        (a.limit as number) <= MAX_TOP_TOPICS;
+    case 'connections':
+      return tenantOk(a.tenant) && typeof a.user === 'string' && a.user.length > 0 && a.user.length <= 1024;
+    case 'drain':
+      return typeof a.node === 'string' && NODE_ID.test(a.node);
+    default:
+      return false;
+  }
+}
+
 interface UsersAsk {
   readonly online: Set<string>;
   readonly waiting: Set<string>;
@@ -80,6 +134,9 @@ export class ControlPlane {
   private sub: RedisClient | undefined;
   private pruneTimer: NodeJS.Timeout | undefined;
   private readonly asks = new Map<number, UsersAsk>();
+  private readonly nodeAsks = new Map<number, NodeAskWait>();
+  /** Answers this node's part of a node ask (set by the coordinator). */
+  answerAsk: (ask: NodeAsk) => Promise<unknown> = () => Promise.resolve(undefined);
   private nextRid = 1;
 
   constructor(
@@ -117,6 +174,53 @@ export class ControlPlane {
     if (this.pruneTimer !== undefined) clearInterval(this.pruneTimer);
     this.sub?.disconnect();
     for (const ask of this.asks.values()) ask.done();
+    for (const ask of this.nodeAsks.values()) ask.done();
+  }
+
+  /** This node's id. */
+  get id(): string {
+    return this.nodeId;
+  }
+
+  /**
+   * Asks every node alive (at the last lease renewal), this one included, or
+   * only the one a drain names, and waits at most USERS_ANSWER_MS for the
+   * others' answers. Embedded mode: this node alone. Rejects when Redis did
+   * not take the question (no other node was asked).
+   */
+  async askNodes(ask: NodeAsk): Promise<NodeAnswers> {
+    const answers = new Map<string, unknown>();
+    const mine = (): Promise<void> => this.answerAsk(ask).then((body) => void answers.set(this.nodeId, body));
+    if (this.redis === undefined) {
+      if (ask.kind !== 'drain' || ask.node === this.nodeId) await mine();
+      return { answers, unanswered: [] };
+    }
+    const rid = this.nextRid++;
+    const others = ask.kind === 'drain' ? [ask.node] : [...(this.registry?.nodes ?? [])];
+    const waiting = new Set(others.filter((n) => n !== this.nodeId));
+    let done = (): void => {};
+    const answered = new Promise<void>((resolve) => (done = resolve));
+    this.nodeAsks.set(rid, { answers, waiting, done });
+    try {
+      if (waiting.size > 0) await this.redis.publish(CONTROL_CHANNEL, JSON.stringify({ from: this.nodeId, ask: { ...ask, rid } } satisfies AskEnvelope));
+    } catch (err) {
+      this.nodeAsks.delete(rid);
+      throw err;
+    }
+    const timer = setTimeout(() => done(), USERS_ANSWER_MS);
+    if (ask.kind !== 'drain' || ask.node === this.nodeId) await mine();
+    if (waiting.size > 0) await answered;
+    clearTimeout(timer);
+    this.nodeAsks.delete(rid);
+    return { answers, unanswered: [...waiting] };
+  }
+
+  /** Another node's question: answered when it concerns this node. */
+  private askFrom(e: AskEnvelope): void {
+    const a = e.ask;
+    if (a.kind === 'drain' && a.node !== this.nodeId) return;
+    this.answerAsk(a).then((body) => this.redis!.publish(controlReplyChannel(e.from), JSON.stringify({ from: this.nodeId, rid: a.rid, body })))
+      .catch((err: unknown) => this.log.warn({ err, from: e.from, kind: a.kind }, 'a node ask: this node\'s answer was not sent'));
   }
 
   /**
@@ -171,6 +275,14 @@ export class ControlPlane {
       a = JSON.parse(message) as Partial<UsersAnswer>;
     } catch {
       a = undefined;
+    }
+    if (typeof a === 'object' && a !== null && typeof a.from === 'string' && typeof a.rid === 'number' && 'body' in a) {
+      const wait = this.nodeAsks.get(a.rid);
+      if (wait === undefined || !wait.waiting.has(a.from)) return; // Too late, or not asked.
+      wait.answers.set(a.from, (a as { body: unknown }).body);
+      wait.waiting.delete(a.from);
+      if (wait.waiting.size === 0) wait.done();
+      return;
     }
     if (typeof a !== 'object' || a === null || typeof a.from !== 'string' || !Array.isArray(a.online) || typeof a.rid !== 'number') {
       this.ignored++;
@@ -233,6 +345,10 @@ export class ControlPlane {
     }
     if (isUsersEnvelope(env)) {
       if (env.from !== this.nodeId) this.usersFrom(env);
+      return;
+    }
+    if (isAskEnvelope(env)) {
+      if (env.from !== this.nodeId) this.askFrom(env);
       return;
     }
     const e = env as Partial<Envelope> | null | undefined;

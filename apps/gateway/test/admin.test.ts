@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { loadConfig } from '@sluice/core';
 import type { Logger } from '@sluice/telemetry';
 import { type AdminDeps, createAdminServer } from '../src/admin.ts';
+import type { AdminViews } from '../src/admin-views.ts';
 
 const { config } = loadConfig({ LOG_LEVEL: 'silent' }, { availableParallelism: 2 });
 const logged: { level: string; msg: string }[] = [];
@@ -35,6 +36,15 @@ const deps: AdminDeps = {
   online: () => Promise.resolve({ ok: false, reason: 'unavailable', message: 'redis did not take the request; retry' }),
   push: undefined,
   drain: () => {},
+  // Every other node is unreachable: the questions reject as a Redis that did not take them does.
+  views: {
+    selfId: 'n1',
+    nodes: () => Promise.reject(new Error('Connection is closed.')),
+    topics: () => Promise.reject(new Error('Connection is closed.')),
+    connections: () => Promise.reject(new Error('Connection is closed.')),
+    drain: () => Promise.reject(new Error('Connection is closed.')),
+  } as unknown as AdminViews,
+  uiDir: new URL('file:///nonexistent-sluice-ui/'),
 };
 
 let server: Server;
@@ -109,4 +119,26 @@ test('topics: a publish that fails part way answers 503 naming the topic, with t
   } finally {
     await new Promise<void>((resolve) => srv.close(() => resolve()));
   }
+});
+
+test('the admin page\'s views answer 503 when the other nodes cannot be asked, and the server keeps answering', async () => {
+  for (const path of ['/v1/nodes', '/v1/topics', '/v1/connections?user=u1']) {
+    const res = await fetch(`${base}${path}`);
+    assert.equal(res.status, 503, path);
+    const body = (await res.json()) as { reason: string; message: string };
+    assert.equal(body.reason, 'unavailable', path);
+    assert.match(body.message, /redis did not take the question/, path);
+  }
+  const drained = await fetch(`${base}/admin/drain`, { method: 'POST', body: JSON.stringify({ node: 'n2' }) });
+  assert.equal(drained.status, 503);
+  assert.equal((await fetch(`${base}/health/live`)).status, 200);
+});
+
+test('GET /ui without a build answers 503 and says to build; a missing asset is 404', async () => {
+  const res = await fetch(`${base}/ui`);
+  assert.equal(res.status, 503);
+  assert.match(((await res.json()) as { message: string }).message, /the admin page is not built here .*run pnpm build/);
+  assert.equal((await fetch(`${base}/ui/assets/index-abc.js`)).status, 404);
+  assert.equal((await fetch(`${base}/ui/assets/..%2Fpackage.json`)).status, 404);
+  assert.equal((await fetch(`${base}/ui/assets/x.exe`)).status, 404);
 });

@@ -2,9 +2,12 @@
  * The page: the login, then the dashboard that polls the gateway every 2 s.
  *
  * The token is kept in sessionStorage (this tab only, gone when it closes).
- * On load the page tries GET /v1/nodes with the saved token, or with none (a
- * gateway may run without ADMIN_TOKEN); a 401 shows the login. A 401 later,
- * on any request, sends the page back to the login with a message.
+ * The gateway says in index.html whether its API wants a token
+ * (`<meta name="sluice-auth" content="token|none">`): with one and none saved,
+ * the login shows at once (no request answered 401, which the browser would
+ * log as an error); otherwise the page tries GET /v1/nodes with the saved
+ * token, or with none, and a 401 shows the login. A 401 later, on any
+ * request, sends the page back to the login with a message.
  */
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ActivityLog, ACTIVITY_LIMIT, type Activity } from './activity.tsx';
@@ -21,6 +24,11 @@ import { UserInspector } from './users.tsx';
 
 const TOKEN_KEY = 'sluice-admin-token';
 export const POLL_MS = 2000;
+
+/** What the gateway said in index.html: 'token', 'none', or undefined (an index without the tag: ask). */
+function authMode(): string | undefined {
+  return document.querySelector('meta[name="sluice-auth"]')?.getAttribute('content') ?? undefined;
+}
 
 function savedToken(): string | undefined {
   try {
@@ -47,10 +55,11 @@ type Auth =
 const REFUSED_LATER = 'The gateway refused the token (was ADMIN_TOKEN changed?): log in again.';
 
 export function App() {
-  const [auth, setAuth] = useState<Auth>({ phase: 'checking' });
+  const [auth, setAuth] = useState<Auth>(() => (authMode() === 'token' && savedToken() === undefined ? { phase: 'login' } : { phase: 'checking' }));
 
   useEffect(() => {
     const token = savedToken();
+    if (authMode() === 'token' && token === undefined) return undefined;
     const ctrl = new AbortController();
     get<NodesAnswer>('/v1/nodes', { token, signal: ctrl.signal }).then(
       (first) => setAuth({ phase: 'in', token, first, at: Date.now() }),

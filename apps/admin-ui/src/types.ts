@@ -84,10 +84,13 @@ export interface Connection {
   connectionId: string;
   node: string;
   shard: number;
-  connectedAt: number;
+  /** The client address (X-Forwarded-For behind WS_TRUST_PROXY). */
+  ip: string;
   topics: string[];
   bufferedBytes: number;
   slow: boolean;
+  /** When its token expires (ms); null without one. */
+  expiresAt: number | null;
 }
 
 export interface ConnectionsAnswer {

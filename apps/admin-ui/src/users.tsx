@@ -156,17 +156,19 @@ function Connections(props: { found: { answer: ConnectionsAnswer; user: string; 
         <table data-testid="user-connections">
           <thead>
             <tr>
-              <th>Connection</th><th>Node</th><th class="num">Shard</th><th>Connected since</th><th>Topics</th><th class="num">Buffered</th><th>Slow</th>
+              <th>Connection</th><th>Node</th><th class="num">Shard</th><th>Address</th><th>Token expires</th><th>Topics</th><th class="num">Buffered</th><th>Slow</th>
             </tr>
           </thead>
           <tbody>
-            {answer.connections.length === 0 && <tr><td colSpan={7} class="empty">No open connection.</td></tr>}
+            {answer.connections.length === 0 && <tr><td colSpan={8} class="empty">No open connection.</td></tr>}
             {answer.connections.map((c) => (
               <tr key={c.connectionId} data-testid="connection-row" data-connection={c.connectionId}>
                 <td class="mono">{c.connectionId}</td>
                 <td class="nowrap">{c.node}</td>
                 <td class="num">{String(c.shard)}</td>
-                <td>{clock(c.connectedAt)} <span class="small">({formatDuration(at - c.connectedAt)} ago)</span></td>
+                <td class="mono">{c.ip}</td>
+                <td>{c.expiresAt === null ? <span class="small">no token</span>
+                  : <>{clock(c.expiresAt)} <span class="small">(in {formatDuration(c.expiresAt - at)})</span></>}</td>
                 <td class="topics-cell">{c.topics.length === 0 ? <span class="small">none</span> : c.topics.join(', ')}</td>
                 <td class="num">{formatBytes(c.bufferedBytes)}</td>
                 <td>{c.slow ? <span class="badge st-not_ready">slow</span> : 'no'}</td>

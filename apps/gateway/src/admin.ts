@@ -230,7 +230,7 @@ export function createAdminServer(deps: AdminDeps): Server {
 function query(url: string, route: string, allowed: readonly string[]): Map<string, string> {
   const out = new Map<string, string>();
   for (const [k, v] of new URL(url, 'http://admin').searchParams) {
-    if (!allowed.includes(k)) throw bad(`unknown query parameter ${JSON.stringify(k)}; ${route} takes ${allowed.join(', ')}`);
+    if (!allowed.includes(k)) throw bad(`unknown query parameter ${JSON.stringify(k)}; ${route} takes ${allowed.length === 0 ? 'no query parameter' : allowed.join(', ')}`);
     if (out.has(k)) throw bad(`${k} is given twice`);
     out.set(k, v);
   }

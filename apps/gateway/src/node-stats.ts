@@ -103,14 +103,8 @@ export interface Sample {
   readonly lagMs: number;
 }
 
-interface Counters {
-  readonly upgrades: Record<string, number>;
-  readonly closes: Record<string, number>;
-  readonly refused: Record<string, number>;
-  readonly published: number;
-  readonly sent: number;
-  readonly dropped: number;
-}
+/** The counters' totals at a sample: the shape of the rates made from them. */
+type Counters = NodeRates;
 
 export interface MetricParts {
   readonly own: MetricsJson;

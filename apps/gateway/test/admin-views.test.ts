@@ -107,7 +107,7 @@ test('the nodes\' answers as one view: a silent node keeps its last view as unre
   assert.equal(first.mode, 'cluster');
   assert.deepEqual(first.nodes.map((n) => [n.id, n.self, n.state, n.sockets, n.ageMs]), [['a', true, 'ready', 3, 100], ['b', false, 'ready', 2, 100],
     ['c', false, 'unresponsive', 0, -1]]);
-  answers = new Map([['a', view('a', 3)], ['c', { not: 'a view' }]]);
+  answers = new Map<string, unknown>([['a', view('a', 3)], ['c', { not: 'a view' }]]);
   unanswered = ['b'];
   await new Promise((r) => setTimeout(r, 50));
   const second = await views.nodes();
@@ -117,7 +117,7 @@ test('the nodes\' answers as one view: a silent node keeps its last view as unre
   assert.ok(b.ageMs >= 140, `ageMs ${b.ageMs}: its sample's age then, plus the time since`);
   assert.equal(second.nodes.some((n) => n.id === 'c'), false, 'an answer that is not a view is left out');
   alive = new Set(['a']);
-  answers = new Map([['a', view('a', 3)]]);
+  answers = new Map<string, unknown>([['a', view('a', 3)]]);
   unanswered = [];
   await views.nodes();
   assert.equal(await views.drain('b'), 'unknown', 'b\'s lease ended');

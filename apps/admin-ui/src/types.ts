@@ -49,7 +49,8 @@ export interface NodeView {
   lagMs: number;
   heapUsedBytes: number;
   rssBytes: number;
-  redis: 'up' | 'down' | 'none';
+  /** `unknown`: a node that never answered. */
+  redis: 'up' | 'down' | 'none' | 'unknown';
   upgradeBudget: number;
   upgradeBacklogMs: number;
   shards: ShardView[];

@@ -8,7 +8,8 @@
  * A node that is alive (its lease in Redis) but does not answer within 1 s is
  * shown as `unresponsive`, with the last view this node had of it and how old
  * that is; a node whose lease ended (it stopped, or died a lease ago) is not
- * shown.
+ * shown. When Redis does not take the question, the views hold this node's
+ * answer and every other node as unanswered.
  */
 import type { Config } from '@sluice/core';
 import type { ConnectionView } from './control.ts';
@@ -47,13 +48,18 @@ export class AdminViews {
     const { answers, unanswered } = await this.ask({ kind: 'stats' });
     const now = Date.now();
     const nodes: NodeView[] = [];
+    // An answer that is not a view (a node still starting) counts as none.
+    const silentOnes = [...unanswered];
     for (const [id, body] of answers) {
-      if (!isNodeView(body) || body.id !== id) continue;
+      if (!isNodeView(body) || body.id !== id) {
+        silentOnes.push(id);
+        continue;
+      }
       const view: NodeView = { ...body, self: id === this.selfId };
       nodes.push(view);
       if (id !== this.selfId) this.lastSeen.set(id, { view, at: now });
     }
-    for (const id of unanswered) {
+    for (const id of silentOnes) {
       const last = this.lastSeen.get(id);
       nodes.push(last === undefined ? silent(id)
         : { ...last.view, state: 'unresponsive', ageMs: last.view.ageMs + (now - last.at), self: false });
@@ -101,7 +107,7 @@ export class AdminViews {
   async connections(tenant: string, user: string): Promise<{ connections: ConnectionView[]; unanswered: readonly string[] }> {
     const { answers, unanswered } = await this.ask({ kind: 'connections', tenant, user });
     const connections: ConnectionView[] = [];
-    for (const body of answers.values()) if (Array.isArray(body)) connections.push(...(body as ConnectionView[]));
+    for (const body of answers.values()) if (Array.isArray(body)) connections.push(...(body as unknown[]).filter(isConnectionView));
     connections.sort((a, b) => (a.connectionId < b.connectionId ? -1 : 1));
     return { connections, unanswered };
   }
@@ -120,11 +126,17 @@ function isNodeView(v: unknown): v is NodeView {
     Array.isArray(n.series) && typeof n.rates === 'object';
 }
 
+function isConnectionView(v: unknown): v is ConnectionView {
+  const c = v as Partial<ConnectionView> | null;
+  return typeof c === 'object' && c !== null && typeof c.connectionId === 'string' && typeof c.node === 'string' && typeof c.shard === 'number' &&
+    typeof c.ip === 'string' && Array.isArray(c.topics) && typeof c.bufferedBytes === 'number' && typeof c.slow === 'boolean';
+}
+
 /** A node alive by its lease that never answered this node: no numbers, `ageMs` -1. */
 function silent(id: string): NodeView {
   return {
     id, self: false, state: 'unresponsive', version: '', startedAt: 0, sampledAt: 0, ageMs: -1, sockets: 0, users: 0, slowLane: 0,
-    bufferedBytes: 0, lagMs: 0, heapUsedBytes: 0, rssBytes: 0, redis: 'up', upgradeBudget: 0, upgradeBacklogMs: 0, shards: [],
+    bufferedBytes: 0, lagMs: 0, heapUsedBytes: 0, rssBytes: 0, redis: 'unknown', upgradeBudget: 0, upgradeBacklogMs: 0, shards: [],
     rates: { upgrades: {}, closes: {}, refused: {}, published: 0, sent: 0, dropped: 0 }, series: [],
   };
 }

@@ -6,7 +6,7 @@ import { type Config, type ControlCommand, describeCommand, type DisconnectTarge
 import { decodeFrameObject, encodeEventFrame, EVENT_ID_PATTERN, type PublishFrame, TOPIC_PATTERN, TRACEPARENT_PATTERN, USER_TOPIC } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
 import type { AdminViews } from './admin-views.ts';
-import { MAX_TOP_TOPICS } from './control-plane.ts';
+import { DRAIN_VALID_MS, MAX_TOP_TOPICS, RedisUnavailable } from './control-plane.ts';
 import { keepsPresence, presencePatterns } from './presence-hub.ts';
 import type { PushRequest, PushResult } from './push-queue.ts';
 
@@ -133,6 +133,11 @@ export function createAdminServer(deps: AdminDeps): Server {
     if (r.auth && !authorized(req)) {
       throw new Refused(401, 'unauthorized', 'this route needs Authorization: Bearer <ADMIN_TOKEN>', { 'www-authenticate': 'Bearer' });
     }
+    // A browser sends Origin with a cross-site POST: a page elsewhere must not act through an operator's browser
+    // (without ADMIN_TOKEN nothing else would stop it). Backends and curl send no Origin.
+    if (req.method === 'POST' && crossOrigin(req)) {
+      throw new Refused(403, 'forbidden', 'a POST from a page of another origin is refused: the admin API acts only for its own page and for clients without Origin');
+    }
     switch (r.path) {
       case '/health/live':
         return json(res, 200, { status: 'live' });
@@ -150,8 +155,22 @@ export function createAdminServer(deps: AdminDeps): Server {
         res.end(m.text);
         return;
       }
-      case '/v1/publish':
-        return publish(deps, req, await readJson(req, deps.config.hardMaxFrameBytes), res);
+      case '/v1/publish': {
+        const body = await readJson(req, deps.config.hardMaxFrameBytes);
+        if (sourceOf(req) !== 'ui') return publish(deps, req, body, res);
+        // A person's publish from the admin page is an action, and logged as one, with its outcome; a backend's
+        // publishes are traffic, and are not.
+        const what = { tenant: body.tenant ?? 'default', topic: body.topic, topics: body.topics, users: body.users, from: req.socket.remoteAddress,
+          source: 'ui' };
+        try {
+          await publish(deps, req, body, res);
+        } catch (err) {
+          deps.log.info({ ...what, refused: err instanceof Refused ? err.reason : 'internal' }, 'admin: publish refused');
+          throw err;
+        }
+        deps.log.info({ ...what, status: res.statusCode }, 'admin: publish');
+        return;
+      }
       case '/v1/history': {
         const result = await deps.history(historyRequest(req.url ?? path));
         if (!result.ok) throw new Refused(result.reason === 'unavailable' ? 503 : 500, result.reason, result.message);
@@ -188,13 +207,19 @@ export function createAdminServer(deps: AdminDeps): Server {
         const node = drainTarget(await readJson(req, CONTROL_BODY_BYTES, true));
         const self = node === undefined || node === deps.views.selfId;
         deps.log.info({ from: req.socket.remoteAddress, node: node ?? 'this node', source: sourceOf(req) }, 'drain requested on the admin port');
+        if (!self && deps.config.adminToken === undefined) {
+          throw bad('draining another node needs ADMIN_TOKEN: the request to it is signed with it, so that no Redis client can stop a node');
+        }
         if (self) {
           deps.drain();
           return json(res, 202, { status: 'draining', node: deps.views.selfId });
         }
         const r = await unlessRedisDown(deps.views.drain(node));
         if (r === 'unknown') throw new Refused(404, 'not_found', `no node ${node} is alive in the cluster (GET /v1/nodes lists them)`);
-        if (r === 'unanswered') throw new Refused(503, 'unavailable', `node ${node} did not confirm the drain within 1 s; it may not be draining: retry`);
+        if (r === 'unanswered') {
+          throw new Refused(503, 'unavailable', `node ${node} did not confirm the drain within 1 s: it drains if the request reaches it within ` +
+            `${DRAIN_VALID_MS / 1000} s, else not; check GET /v1/nodes before you retry`);
+        }
         return json(res, 202, { status: 'draining', node });
       }
       case '/v1/nodes':
@@ -318,11 +343,6 @@ export const MAX_USER_TARGETS = 1000;
 async function publish(deps: AdminDeps, req: IncomingMessage, obj: Record<string, unknown>, res: ServerResponse): Promise<void> {
   for (const k of Object.keys(obj)) {
     if (!PUBLISH_FIELDS.includes(k)) throw bad(`unknown field ${JSON.stringify(k)}; /v1/publish takes ${PUBLISH_FIELDS.join(', ')}`);
-  }
-  // A person's publish from the admin page is an action, and logged as one; a backend's publishes are traffic, and are not.
-  if (sourceOf(req) === 'ui') {
-    deps.log.info({ tenant: obj.tenant ?? 'default', topic: obj.topic, topics: obj.topics, users: obj.users, from: req.socket.remoteAddress,
-      source: 'ui' }, 'admin: publish');
   }
   const tenant = obj.tenant ?? 'default';
   if (typeof tenant !== 'string' || !TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
@@ -492,13 +512,24 @@ function sourceOf(req: IncomingMessage): string {
   return typeof v === 'string' && /^[a-z0-9_-]{1,32}$/.test(v) ? v : 'api';
 }
 
-/** A view that needed the other nodes: a 503 when Redis did not take the question. */
+/** A question to the other nodes: a 503 when Redis did not take it (anything else is a failure inside: 500, logged). */
 async function unlessRedisDown<T>(p: Promise<T>): Promise<T> {
   try {
     return await p;
   } catch (err) {
-    if (err instanceof Refused) throw err;
-    throw new Refused(503, 'unavailable', 'the other nodes could not be asked (redis did not take the question); retry');
+    if (err instanceof RedisUnavailable) throw new Refused(503, 'unavailable', 'the other node could not be asked (redis did not take the question); retry');
+    throw err;
+  }
+}
+
+/** The request carries an Origin that is not the admin port's own (a page of another site, in a browser). */
+function crossOrigin(req: IncomingMessage): boolean {
+  const origin = req.headers.origin;
+  if (origin === undefined) return false;
+  try {
+    return new URL(origin).host !== req.headers.host;
+  } catch {
+    return true;
   }
 }
 

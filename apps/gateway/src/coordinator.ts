@@ -183,6 +183,8 @@ export class Coordinator {
       this.carryOut(cmd, origin).catch((err: unknown) => this.log.error({ err, op: cmd.op }, 'carrying out an admin command failed'));
     }, (tenant, users, frame) => this.deliverToUsers(tenant, users, frame), this.redis?.client);
     this.control.registry = this.nodes;
+    // Before start: a question from another node may come as soon as the control channel is subscribed.
+    this.control.answerAsk = (ask, from) => this.answer(ask, from);
     if (cfg.redisUrl !== undefined) {
       this.push = new PushQueue(cfg, this.log);
       const push = this.push;
@@ -202,7 +204,6 @@ export class Coordinator {
     }, () => this.nodeMetrics.parts(this.shardSources()), (err) => this.log.warn({ err }, 'admin page: sampling the node failed'));
     this.stats.start();
     const control = this.control;
-    control.answerAsk = (ask) => this.answer(ask);
     const views = new AdminViews(cfg, this.nodeId, (ask) => control.askNodes(ask), () => this.nodes?.nodes ?? new Set([this.nodeId]));
     this.admin = createAdminServer({
       config: cfg,
@@ -530,11 +531,12 @@ export class Coordinator {
   }
 
   /** This node's part of a question to the nodes (the admin page's views, a drain); see AdminViews. */
-  private async answer(ask: NodeAsk): Promise<unknown> {
+  private async answer(ask: NodeAsk, from: string): Promise<unknown> {
     const links = [...this.links.values()];
     switch (ask.kind) {
       case 'stats':
-        return this.stats!.view();
+        // Still starting (no shard listening yet): no view; the asker shows this node as not answering.
+        return this.stats === undefined ? null : this.stats.view();
       case 'topics': {
         const each = await Promise.all(links.map((link) =>
           this.ask<readonly (readonly [string, number])[]>(link, (rid) => ({ op: 'topics', rid, limit: ask.limit, tenant: ask.tenant }), [], 2000)));
@@ -548,7 +550,7 @@ export class Coordinator {
         return each.flat();
       }
       case 'drain':
-        this.log.info('drain requested by the admin API of another node');
+        if (from !== this.nodeId) this.log.info({ from }, 'drain requested by the admin API of another node');
         this.opts.onDrainRequest?.();
         return { status: 'draining' };
     }

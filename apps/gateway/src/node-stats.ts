@@ -71,7 +71,8 @@ export interface NodeView {
   readonly lagMs: number;
   readonly heapUsedBytes: number;
   readonly rssBytes: number;
-  readonly redis: 'up' | 'down' | 'none';
+  /** `unknown`: a node that never answered. */
+  readonly redis: 'up' | 'down' | 'none' | 'unknown';
   readonly upgradeBudget: number;
   readonly upgradeBacklogMs: number;
   readonly shards: readonly ShardView[];

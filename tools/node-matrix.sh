@@ -3,7 +3,7 @@
 # tools/node-matrix.sh 22|24 --exec [--] COMMAND [ARGS...]
 #
 # Runs the test suite (tools/run-tests.mjs, with the given filters: substrings
-# of test file paths; none = every test file) or any other COMMAND under
+# of test file paths, `!x` to leave out those with x; none = every test file) or any other COMMAND under
 # Node 22 or Node 24, inside a Debian 13 (trixie) root, and exits with that
 # command's exit code. The working directory inside is the repository.
 #

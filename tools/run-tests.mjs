@@ -18,8 +18,11 @@ function walk(dir) {
   }
 }
 for (const r of roots) { try { walk(join(root, r)); } catch (e) { if (e.code !== 'ENOENT') throw e; } }
-const filter = process.argv.slice(2);
-const selected = filter.length ? files.filter((f) => filter.some((s) => f.includes(s))) : files;
+// A filter selects the files whose path contains it; one that starts with `!` leaves out those whose path contains the rest.
+const args = process.argv.slice(2);
+const filter = args.filter((a) => !a.startsWith('!'));
+const except = args.filter((a) => a.startsWith('!')).map((a) => a.slice(1));
+const selected = (filter.length ? files.filter((f) => filter.some((s) => f.includes(s))) : files).filter((f) => !except.some((s) => f.includes(s)));
 files.sort();
 if (selected.length === 0) { console.error('no test files found'); process.exit(1); }
 // One file at a time: the drain tests check pacing per 100 ms, and two

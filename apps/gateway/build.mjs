@@ -7,7 +7,7 @@
 // and must be listed in this package's `dependencies` (checked below, so a
 // tarball install cannot miss one). Declarations (dist/*.d.ts) come from tsc.
 import { build } from 'esbuild';
-import { copyFileSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, readFileSync, rmSync } from 'node:fs';
 import { builtinModules, createRequire } from 'node:module';
 
 const pkg = JSON.parse(readFileSync(new URL('./package.json', import.meta.url), 'utf8'));
@@ -46,3 +46,10 @@ if (undeclared.size > 0) {
 // The cork probe runs as a file of its own, next to the module that starts it.
 const require = createRequire(import.meta.url);
 copyFileSync(new URL('./cork-probe.mjs', `file://${require.resolve('@sluice/uws')}`), new URL('./dist/cork-probe.mjs', import.meta.url));
+// The admin page (GET /ui): apps/admin-ui's build (turbo builds it first: a devDependency), copied whole.
+const ui = new URL('../admin-ui/dist/', import.meta.url);
+if (!existsSync(new URL('index.html', ui))) {
+  process.stderr.write('apps/gateway/build.mjs: apps/admin-ui/dist/index.html is missing: build @sluice/admin-ui first (pnpm build does)\n');
+  process.exit(1);
+}
+cpSync(ui, new URL('./dist/ui/', import.meta.url), { recursive: true });

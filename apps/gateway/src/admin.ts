@@ -1,9 +1,12 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import { type Config, type ControlCommand, describeCommand, type DisconnectTarget, hasControlChar, type HistoryRequest, type HistoryResult,
   MAX_SUB_LENGTH, type PublishRequest, type PublishResult } from '@sluice/core';
 import { decodeFrameObject, encodeEventFrame, EVENT_ID_PATTERN, type PublishFrame, TOPIC_PATTERN, TRACEPARENT_PATTERN, USER_TOPIC } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
+import type { AdminViews } from './admin-views.ts';
+import { DRAIN_VALID_MS, MAX_TOP_TOPICS, RedisUnavailable } from './control-plane.ts';
 import { keepsPresence, presencePatterns } from './presence-hub.ts';
 import type { PushRequest, PushResult } from './push-queue.ts';
 
@@ -33,6 +36,10 @@ export interface AdminDeps {
   push: ((tenant: string, users: readonly string[], push: PushRequest) => Promise<PushResult>) | undefined;
   /** Starts the drain, as SIGTERM does; the admin server keeps answering until the process exits. */
   drain(): void;
+  /** The admin page's views of the cluster and the drain of a named node. */
+  readonly views: AdminViews;
+  /** The admin page's built files (index.html, assets/); GET /ui answers 503 when they are not there. */
+  readonly uiDir: URL;
 }
 
 /** Every route the admin server answers; docs/admin-api.openapi.json documents each (a test holds the two together). */
@@ -49,6 +56,11 @@ export const ADMIN_ROUTES = [
   { method: 'POST', path: '/v1/subscribe', auth: true },
   { method: 'POST', path: '/v1/unsubscribe', auth: true },
   { method: 'POST', path: '/admin/drain', auth: true },
+  { method: 'GET', path: '/v1/nodes', auth: true },
+  { method: 'GET', path: '/v1/topics', auth: true },
+  { method: 'GET', path: '/v1/connections', auth: true },
+  { method: 'GET', path: '/ui', auth: false },
+  { method: 'GET', path: '/ui/assets/{file}', auth: false },
 ] as const satisfies readonly { method: string; path: string; auth: boolean }[];
 
 type Route = (typeof ADMIN_ROUTES)[number];
@@ -99,8 +111,12 @@ export function createAdminServer(deps: AdminDeps): Server {
     else res.destroy();
   };
 
+  const ui = new UiFiles(deps.uiDir, deps.config.adminToken !== undefined);
   return createServer((req, res) => {
-    const path = (req.url ?? '/').split('?')[0]!;
+    let path = (req.url ?? '/').split('?')[0]!;
+    // The page's assets are one route (their names are the build's).
+    if (path.startsWith('/ui/assets/')) path = '/ui/assets/{file}';
+    else if (path === '/ui/' || path === '/ui/index.html') path = '/ui';
     const route = `${req.method} ${path}`;
     // handle is async: whatever it throws arrives here as a rejection.
     handle(req, res, path).catch(failed(res, route));
@@ -116,6 +132,11 @@ export function createAdminServer(deps: AdminDeps): Server {
     }
     if (r.auth && !authorized(req)) {
       throw new Refused(401, 'unauthorized', 'this route needs Authorization: Bearer <ADMIN_TOKEN>', { 'www-authenticate': 'Bearer' });
+    }
+    // A browser sends Origin with a cross-site POST: a page elsewhere must not act through an operator's browser
+    // (without ADMIN_TOKEN nothing else would stop it). Backends and curl send no Origin.
+    if (req.method === 'POST' && crossOrigin(req)) {
+      throw new Refused(403, 'forbidden', 'a POST from a page of another origin is refused: the admin API acts only for its own page and for clients without Origin');
     }
     switch (r.path) {
       case '/health/live':
@@ -134,8 +155,22 @@ export function createAdminServer(deps: AdminDeps): Server {
         res.end(m.text);
         return;
       }
-      case '/v1/publish':
-        return publish(deps, req, await readJson(req, deps.config.hardMaxFrameBytes), res);
+      case '/v1/publish': {
+        const body = await readJson(req, deps.config.hardMaxFrameBytes);
+        if (sourceOf(req) !== 'ui') return publish(deps, req, body, res);
+        // A person's publish from the admin page is an action, and logged as one, with its outcome; a backend's
+        // publishes are traffic, and are not.
+        const what = { tenant: body.tenant ?? 'default', topic: body.topic, topics: body.topics, users: body.users, from: req.socket.remoteAddress,
+          source: 'ui' };
+        try {
+          await publish(deps, req, body, res);
+        } catch (err) {
+          deps.log.info({ ...what, refused: err instanceof Refused ? err.reason : 'internal' }, 'admin: publish refused');
+          throw err;
+        }
+        deps.log.info({ ...what, status: res.statusCode }, 'admin: publish');
+        return;
+      }
       case '/v1/history': {
         const result = await deps.history(historyRequest(req.url ?? path));
         if (!result.ok) throw new Refused(result.reason === 'unavailable' ? 503 : 500, result.reason, result.message);
@@ -146,7 +181,7 @@ export function createAdminServer(deps: AdminDeps): Server {
       case '/v1/subscribe':
       case '/v1/unsubscribe': {
         const cmd = controlCommand(r.path, await readJson(req, CONTROL_BODY_BYTES), deps.config, Date.now());
-        deps.log.info({ ...describeCommand(cmd), from: req.socket.remoteAddress }, `admin: ${r.path.slice(4)}`);
+        deps.log.info({ ...describeCommand(cmd), from: req.socket.remoteAddress, source: sourceOf(req) }, `admin: ${r.path.slice(4)}`);
         const result = await deps.control(cmd);
         if (!result.ok) throw new Refused(503, result.reason, result.message);
         return json(res, 202, { status: r.path === '/v1/revoke' ? 'revoked' : 'accepted' });
@@ -168,10 +203,46 @@ export function createAdminServer(deps: AdminDeps): Server {
         if (!result.ok) throw new Refused(503, result.reason, 'the nodes could not be asked now (redis did not take the request); retry');
         return json(res, 200, { online: result.online });
       }
-      case '/admin/drain':
-        deps.log.info({ from: req.socket.remoteAddress }, 'drain requested on the admin port');
-        deps.drain();
-        return json(res, 202, { status: 'draining' });
+      case '/admin/drain': {
+        const node = drainTarget(await readJson(req, CONTROL_BODY_BYTES, true));
+        const self = node === undefined || node === deps.views.selfId;
+        deps.log.info({ from: req.socket.remoteAddress, node: node ?? 'this node', source: sourceOf(req) }, 'drain requested on the admin port');
+        if (!self && deps.config.adminToken === undefined) {
+          throw bad('draining another node needs ADMIN_TOKEN: the request to it is signed with it, so that no Redis client can stop a node');
+        }
+        if (self) {
+          deps.drain();
+          return json(res, 202, { status: 'draining', node: deps.views.selfId });
+        }
+        const r = await unlessRedisDown(deps.views.drain(node));
+        if (r === 'unknown') throw new Refused(404, 'not_found', `no node ${node} is alive in the cluster (GET /v1/nodes lists them)`);
+        if (r === 'unanswered') {
+          throw new Refused(503, 'unavailable', `node ${node} did not confirm the drain within 1 s: it drains if the request reaches it within ` +
+            `${DRAIN_VALID_MS / 1000} s, else not; check GET /v1/nodes before you retry`);
+        }
+        return json(res, 202, { status: 'draining', node });
+      }
+      case '/v1/nodes':
+        query(req.url ?? path, '/v1/nodes', []);
+        return json(res, 200, await unlessRedisDown(deps.views.nodes()));
+      case '/v1/topics': {
+        const q = query(req.url ?? path, '/v1/topics', ['tenant', 'limit']);
+        const tenant = q.get('tenant');
+        if (tenant !== undefined && !TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
+        const limit = wholeNumber(q.get('limit'), 'limit', 1, MAX_TOP_TOPICS, 20);
+        const r = await unlessRedisDown(deps.views.topics(tenant, limit));
+        return json(res, 200, { topics: r.topics, unanswered: r.unanswered, at: Date.now() });
+      }
+      case '/v1/connections': {
+        const q = query(req.url ?? path, '/v1/connections', ['tenant', 'user']);
+        const tenant = q.get('tenant') ?? 'default';
+        if (!TOPIC_PATTERN.test(tenant)) throw bad(TENANT_RULE);
+        const user = subject(q.get('user'), 'user');
+        return json(res, 200, await unlessRedisDown(deps.views.connections(tenant, user)));
+      }
+      case '/ui':
+      case '/ui/assets/{file}':
+        return ui.serve(req, res);
     }
   }
 }
@@ -184,7 +255,7 @@ export function createAdminServer(deps: AdminDeps): Server {
 function query(url: string, route: string, allowed: readonly string[]): Map<string, string> {
   const out = new Map<string, string>();
   for (const [k, v] of new URL(url, 'http://admin').searchParams) {
-    if (!allowed.includes(k)) throw bad(`unknown query parameter ${JSON.stringify(k)}; ${route} takes ${allowed.join(', ')}`);
+    if (!allowed.includes(k)) throw bad(`unknown query parameter ${JSON.stringify(k)}; ${route} takes ${allowed.length === 0 ? 'no query parameter' : allowed.join(', ')}`);
     if (out.has(k)) throw bad(`${k} is given twice`);
     out.set(k, v);
   }
@@ -426,6 +497,110 @@ function pushRequest(v: unknown, cfg: Pick<Config, 'pushMaxDelayMs'>): PushReque
   return { collapseKey, delayMs, notificationJson };
 }
 
+/** POST /admin/drain's body: `{}` or none (this node), or `{"node": id}`. */
+function drainTarget(body: Record<string, unknown>): string | undefined {
+  for (const k of Object.keys(body)) if (k !== 'node') throw bad(`unknown field ${JSON.stringify(k)}; /admin/drain takes node`);
+  const { node } = body;
+  if (node === undefined) return undefined;
+  if (typeof node !== 'string' || !/^[A-Za-z0-9._-]{1,64}$/.test(node)) throw bad('node must be a node id as GET /v1/nodes gives it');
+  return node;
+}
+
+/** Who sent a request, as it says (X-Sluice-Source: the admin page sends `ui`): for the log line of an action only. */
+function sourceOf(req: IncomingMessage): string {
+  const v = req.headers['x-sluice-source'];
+  return typeof v === 'string' && /^[a-z0-9_-]{1,32}$/.test(v) ? v : 'api';
+}
+
+/** A question to the other nodes: a 503 when Redis did not take it (anything else is a failure inside: 500, logged). */
+async function unlessRedisDown<T>(p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (err) {
+    if (err instanceof RedisUnavailable) throw new Refused(503, 'unavailable', 'the other node could not be asked (redis did not take the question); retry');
+    throw err;
+  }
+}
+
+/** The request carries an Origin that is not the admin port's own (a page of another site, in a browser). */
+function crossOrigin(req: IncomingMessage): boolean {
+  const origin = req.headers.origin;
+  if (origin === undefined) return false;
+  try {
+    return new URL(origin).host !== req.headers.host;
+  } catch {
+    return true;
+  }
+}
+
+/** A whole-number query parameter from `min` to `max`, `dflt` when absent, or a 400 naming it. */
+function wholeNumber(v: string | undefined, name: string, min: number, max: number, dflt: number): number {
+  if (v === undefined) return dflt;
+  const n = /^[0-9]{1,6}$/.test(v) ? Number(v) : NaN;
+  if (!(n >= min && n <= max)) throw bad(`${name} must be a whole number from ${min} to ${max}`);
+  return n;
+}
+
+/**
+ * The admin page's files, read once from the build and kept. Served with a
+ * Content-Security-Policy that lets the page load only its own scripts and
+ * styles and talk only to this origin (the admin API); the page can be
+ * framed by nothing. index.html is never cached (a new build's asset names
+ * change); the assets, whose names hold their hash, are immutable. The
+ * index carries whether the API wants a token (`<meta name="sluice-auth">`),
+ * so that the page shows its login without a request answered 401.
+ */
+const UI_CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; " +
+  "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+const UI_TYPES: Record<string, string> = {
+  '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8', '.html': 'text/html; charset=utf-8', '.svg': 'image/svg+xml',
+  '.png': 'image/png', '.woff2': 'font/woff2', '.json': 'application/json',
+};
+const UI_ASSET = /^\/ui\/assets\/([A-Za-z0-9_.-]{1,200})$/;
+
+class UiFiles {
+  private readonly cache = new Map<string, Buffer>();
+
+  constructor(private readonly dir: URL, private readonly tokenRequired: boolean) {}
+
+  async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? '/').split('?')[0]!;
+    let name = 'index.html';
+    if (path.startsWith('/ui/assets/')) {
+      const m = UI_ASSET.exec(path);
+      if (m === null || m[1]!.startsWith('.')) throw new Refused(404, 'not_found', `no admin page file ${path}`);
+      name = `assets/${m[1]}`;
+    }
+    const ext = name.slice(name.lastIndexOf('.'));
+    const type = UI_TYPES[ext];
+    if (type === undefined) throw new Refused(404, 'not_found', `no admin page file ${path}`);
+    let body = this.cache.get(name);
+    if (body === undefined) {
+      try {
+        body = await readFile(new URL(name, this.dir));
+      } catch (err) {
+        if (name !== 'index.html') throw new Refused(404, 'not_found', `no admin page file ${path}`);
+        throw new Refused(503, 'unavailable', `the admin page is not built here (${(err as Error).message}): run pnpm build`);
+      }
+      if (name === 'index.html') {
+        const meta = `<meta name="sluice-auth" content="${this.tokenRequired ? 'token' : 'none'}">`;
+        body = Buffer.from(body.toString('utf8').replace('<head>', `<head>\n    ${meta}`));
+      }
+      this.cache.set(name, body);
+    }
+    res.writeHead(200, {
+      'content-type': type,
+      'content-length': body.length,
+      'content-security-policy': UI_CSP,
+      'x-content-type-options': 'nosniff',
+      'referrer-policy': 'no-referrer',
+      'x-frame-options': 'DENY',
+      'cache-control': name === 'index.html' ? 'no-cache' : 'public, max-age=31536000, immutable',
+    });
+    res.end(body);
+  }
+}
+
 /** GET /v1/online's query (`?tenant=&user=&user=`), or a 400 naming the parameter. */
 function onlineRequest(url: string): { tenant: string; users: string[] } {
   const params = new URL(url, 'http://admin').searchParams;
@@ -500,7 +675,7 @@ function historyBody(events: readonly { readonly id: string; readonly data: stri
 }
 
 /** The body as a JSON object, or the 400 or 413 that says why not. */
-async function readJson(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
+async function readJson(req: IncomingMessage, limit: number, emptyIsNone = false): Promise<Record<string, unknown>> {
   let body: string | undefined;
   try {
     body = await readBody(req, limit);
@@ -508,6 +683,7 @@ async function readJson(req: IncomingMessage, limit: number): Promise<Record<str
     throw bad('request body could not be read');
   }
   if (body === undefined) throw new Refused(413, 'payload_too_large', `the body is above ${limit} bytes`);
+  if (emptyIsNone && body.trim() === '') return {};
   let raw: unknown;
   try {
     raw = JSON.parse(body);

@@ -17,6 +17,7 @@
  * name. Disconnects and subscribes sent while a node could not hear are not
  * replayed: they concern the sockets open at that moment.
  */
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import { type ControlCommand, controlReplyChannel, decodeRevocation, isControlCommand, encodeRevocation, type Config, CONTROL_CHANNEL,
   type Revocation, Revocations, REVOCATIONS_KEY } from '@sluice/core';
 import { createRedisClient, type RedisClient, redisTarget } from '@sluice/redis';
@@ -50,6 +51,77 @@ interface UsersAnswer {
   readonly online: readonly string[];
 }
 
+/**
+ * A question to every node (the admin page's views) or to one (a drain),
+ * on the control channel; each node answers on the asking node's reply
+ * channel with `{from, rid, body}`.
+ */
+export type NodeAsk =
+  | { readonly kind: 'stats' }
+  | { readonly kind: 'topics'; readonly tenant: string | undefined; readonly limit: number }
+  | { readonly kind: 'connections'; readonly tenant: string; readonly user: string }
+  /** Only the node named drains (and answers). */
+  | { readonly kind: 'drain'; readonly node: string };
+
+interface AskEnvelope {
+  readonly from: string;
+  readonly ask: NodeAsk & { readonly rid: number };
+  /** A drain's: when the asker sent it (its clock), and HMAC-SHA256 with ADMIN_TOKEN over from, rid, node and sentAt. */
+  readonly sentAt?: number;
+  readonly mac?: string;
+}
+
+/** How old a drain of another node may be when it arrives (the nodes' clocks are assumed within a few seconds). */
+export const DRAIN_VALID_MS = 10_000;
+
+function drainMac(token: string, from: string, rid: number, node: string, sentAt: number): string {
+  return createHmac('sha256', token).update(`sluice-drain\n${from}\n${rid}\n${node}\n${sentAt}`).digest('base64url');
+}
+
+/** Redis did not take a question to the nodes: no other node was asked. */
+export class RedisUnavailable extends Error {
+  constructor(cause: unknown) {
+    super('redis did not take the question', { cause });
+  }
+}
+
+/** What the nodes asked answered: each answer by node id, and the nodes alive that did not answer in time. */
+export interface NodeAnswers {
+  readonly answers: ReadonlyMap<string, unknown>;
+  readonly unanswered: readonly string[];
+}
+
+interface NodeAskWait {
+  readonly answers: Map<string, unknown>;
+  readonly waiting: Set<string>;
+  readonly done: () => void;
+}
+
+/** The largest `limit` of a topics ask (GET /v1/topics). */
+export const MAX_TOP_TOPICS = 100;
+const NODE_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+function isAskEnvelope(v: unknown): v is AskEnvelope {
+  const e = v as Partial<AskEnvelope> | null;
+  if (typeof e !== 'object' || e === null || typeof e.from !== 'string') return false;
+  const a = e.ask as Record<string, unknown> | undefined;
+  if (typeof a !== 'object' || a === null || !Number.isSafeInteger(a.rid)) return false;
+  const tenantOk = (t: unknown): boolean => typeof t === 'string' && TOPIC_PATTERN.test(t);
+  switch (a.kind) {
+    case 'stats':
+      return true;
+    case 'topics':
+      return (a.tenant === undefined || tenantOk(a.tenant)) && Number.isInteger(a.limit) && (a.limit as number) >= 1 &&
+        (a.limit as number) <= MAX_TOP_TOPICS;
+    case 'connections':
+      return tenantOk(a.tenant) && typeof a.user === 'string' && a.user.length > 0 && a.user.length <= 1024;
+    case 'drain':
+      return typeof a.node === 'string' && NODE_ID.test(a.node);
+    default:
+      return false;
+  }
+}
+
 interface UsersAsk {
   readonly online: Set<string>;
   readonly waiting: Set<string>;
@@ -80,6 +152,9 @@ export class ControlPlane {
   private sub: RedisClient | undefined;
   private pruneTimer: NodeJS.Timeout | undefined;
   private readonly asks = new Map<number, UsersAsk>();
+  private readonly nodeAsks = new Map<number, NodeAskWait>();
+  /** Answers this node's part of a node ask, asked by node `from` (set by the coordinator before start). */
+  answerAsk: (ask: NodeAsk, from: string) => Promise<unknown> = () => Promise.resolve(null);
   private nextRid = 1;
 
   constructor(
@@ -117,6 +192,94 @@ export class ControlPlane {
     if (this.pruneTimer !== undefined) clearInterval(this.pruneTimer);
     this.sub?.disconnect();
     for (const ask of this.asks.values()) ask.done();
+    for (const ask of this.nodeAsks.values()) ask.done();
+  }
+
+  /** This node's id. */
+  get id(): string {
+    return this.nodeId;
+  }
+
+  /**
+   * Asks every node alive (at the last lease renewal), this one included, or
+   * only the one a drain names, and waits at most USERS_ANSWER_MS for the
+   * others' answers. Embedded mode: this node alone. When Redis does not
+   * take the question, a view has this node's answer and every other node
+   * unanswered (the page still shows this node, with Redis down), and a
+   * drain of another node rejects with RedisUnavailable.
+   */
+  async askNodes(ask: NodeAsk): Promise<NodeAnswers> {
+    const answers = new Map<string, unknown>();
+    const asksMe = ask.kind !== 'drain' || ask.node === this.nodeId;
+    const mine = async (): Promise<void> => {
+      if (asksMe) answers.set(this.nodeId, await this.answerAsk(ask, this.nodeId));
+    };
+    if (this.redis === undefined) {
+      await mine();
+      return { answers, unanswered: [] };
+    }
+    const rid = this.nextRid++;
+    const others = ask.kind === 'drain' ? [ask.node] : [...(this.registry?.nodes ?? [])];
+    const waiting = new Set(others.filter((n) => n !== this.nodeId));
+    let done = (): void => {};
+    const answered = new Promise<void>((resolve) => (done = resolve));
+    let timer: NodeJS.Timeout | undefined;
+    this.nodeAsks.set(rid, { answers, waiting, done });
+    try {
+      if (waiting.size > 0) {
+        const envelope: AskEnvelope = { from: this.nodeId, ask: { ...ask, rid }, ...(ask.kind === 'drain' ? this.signDrain(ask.node, rid) : {}) };
+        try {
+          await this.redis.publish(CONTROL_CHANNEL, JSON.stringify(envelope));
+        } catch (err) {
+          if (ask.kind === 'drain') throw new RedisUnavailable(err);
+          this.log.debug({ err, kind: ask.kind }, 'a node ask not sent (redis did not take it): this node answers alone');
+          await mine();
+          return { answers, unanswered: [...waiting] };
+        }
+      }
+      timer = setTimeout(() => done(), USERS_ANSWER_MS);
+      await mine();
+      if (waiting.size > 0) await answered;
+      return { answers, unanswered: [...waiting] };
+    } finally {
+      clearTimeout(timer);
+      this.nodeAsks.delete(rid);
+    }
+  }
+
+  /**
+   * A drain of another node is signed with ADMIN_TOKEN (which every node of
+   * a cluster shares) and dated, so that a Redis client without the token
+   * cannot stop a node, and a drain that reached its node late (a paused
+   * node, a message replayed) is not carried out (DRAIN_VALID_MS).
+   */
+  private signDrain(node: string, rid: number): { sentAt: number; mac: string } {
+    const sentAt = Date.now();
+    return { sentAt, mac: drainMac(this.cfg.adminToken ?? '', this.nodeId, rid, node, sentAt) };
+  }
+
+  private drainValid(e: AskEnvelope, node: string): boolean {
+    const token = this.cfg.adminToken;
+    if (token === undefined || typeof e.sentAt !== 'number' || typeof e.mac !== 'string') return false;
+    const want = Buffer.from(drainMac(token, e.from, e.ask.rid, node, e.sentAt));
+    const got = Buffer.from(e.mac);
+    return got.length === want.length && timingSafeEqual(got, want) && Math.abs(Date.now() - e.sentAt) <= DRAIN_VALID_MS;
+  }
+
+  /** Another node's question: answered when it concerns this node. */
+  private askFrom(e: AskEnvelope): void {
+    const a = e.ask;
+    if (a.kind === 'drain') {
+      if (a.node !== this.nodeId) return;
+      if (!this.drainValid(e, a.node)) {
+        this.ignored++;
+        this.log.warn({ from: e.from }, 'a drain of this node on the control channel without a valid signature, or too old: ignored');
+        return;
+      }
+    }
+    this.answerAsk(a, e.from)
+      .then((body) => this.redis!.publish(controlReplyChannel(e.from), JSON.stringify({ from: this.nodeId, rid: a.rid, body: body ?? null })))
+      .catch((err: unknown) => this.log.warn({ err, from: e.from, kind: a.kind }, 'a node ask: this node\'s answer was not sent'));
   }
 
   /**
@@ -171,6 +334,14 @@ export class ControlPlane {
       a = JSON.parse(message) as Partial<UsersAnswer>;
     } catch {
       a = undefined;
+    }
+    if (typeof a === 'object' && a !== null && typeof a.from === 'string' && typeof a.rid === 'number' && 'body' in a) {
+      const wait = this.nodeAsks.get(a.rid);
+      if (wait === undefined || !wait.waiting.has(a.from)) return; // Too late, or not asked.
+      wait.answers.set(a.from, (a as { body: unknown }).body);
+      wait.waiting.delete(a.from);
+      if (wait.waiting.size === 0) wait.done();
+      return;
     }
     if (typeof a !== 'object' || a === null || typeof a.from !== 'string' || !Array.isArray(a.online) || typeof a.rid !== 'number') {
       this.ignored++;
@@ -233,6 +404,10 @@ export class ControlPlane {
     }
     if (isUsersEnvelope(env)) {
       if (env.from !== this.nodeId) this.usersFrom(env);
+      return;
+    }
+    if (isAskEnvelope(env)) {
+      if (env.from !== this.nodeId) this.askFrom(env);
       return;
     }
     const e = env as Partial<Envelope> | null | undefined;

@@ -7,6 +7,23 @@ import type { MetricsJson } from '@sluice/telemetry';
  * port. Rare (start, stop, scrapes, admin publishes, restarts), so they are
  * plain objects; the per-event traffic goes between shards (messages.ts).
  */
+/** One open socket of a user, as GET /v1/connections answers it. */
+export interface ConnectionView {
+  readonly connectionId: string;
+  readonly node: string;
+  readonly shard: number;
+  /** The client address (X-Forwarded-For behind WS_TRUST_PROXY). */
+  readonly ip: string;
+  /** Joined topics, by the names the client used. */
+  readonly topics: readonly string[];
+  /** Bytes written to the socket and not yet sent. */
+  readonly bufferedBytes: number;
+  /** In the slow lane (a mailbox instead of native topics). */
+  readonly slow: boolean;
+  /** When its token expires (ms); null without one. */
+  readonly expiresAt: number | null;
+}
+
 export type ToShardControl =
   | { readonly op: 'stop' }
   /** The drain is closing sockets: stop listening, and close up to `close` sockets now. */
@@ -21,6 +38,10 @@ export type ToShardControl =
   | { readonly op: 'users'; readonly rid: number; readonly tenant: string; readonly users: readonly string[]; readonly frame: string }
   /** GET /v1/presence: the topic's presence, from its owner (this shard, or through the mesh). */
   | { readonly op: 'presence'; readonly rid: number; readonly key: string }
+  /** GET /v1/topics: this shard's `limit` largest topics (of `tenant` only, when given). */
+  | { readonly op: 'topics'; readonly rid: number; readonly limit: number; readonly tenant: string | undefined }
+  /** GET /v1/connections: this shard's open sockets of a user. */
+  | { readonly op: 'connections'; readonly rid: number; readonly tenant: string; readonly user: string }
   /** Cluster mode: the nodes alive changed (their leases); `gone` ended theirs. */
   | { readonly op: 'nodes'; readonly live: readonly string[]; readonly gone: readonly string[]; readonly joined: readonly string[] }
   /** A (re)started peer shard: talk to it on this port from now on. */
@@ -43,6 +64,9 @@ export type FromShardControl =
   | { readonly op: 'presenceData'; readonly rid: number; readonly data: string | undefined }
   /** The users of a publish to users that have an open socket on this shard. */
   | { readonly op: 'usersSent'; readonly rid: number; readonly online: readonly string[] }
+  /** This shard's largest topics, [tenant-scoped key, sockets], largest first. */
+  | { readonly op: 'topicsTop'; readonly rid: number; readonly top: readonly (readonly [string, number])[] }
+  | { readonly op: 'connectionsOf'; readonly rid: number; readonly connections: readonly ConnectionView[] }
   /** Limits: a batch of hits for the node's memory window store (embedded mode, or Redis unavailable). */
   /** WS_MAX_USER_SOCKETS in embedded mode: the node's user-socket store (MemoryUserSockets) in the coordinator. */
   | { readonly op: 'claim'; readonly rid: number; readonly holder: string; readonly keys: readonly string[]; readonly max: number;

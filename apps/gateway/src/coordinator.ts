@@ -14,10 +14,12 @@ import { actionOf, type Config, type ControlCommand, describeCommand, type Drain
 import { counterFrom, endSpan, gaugeFrom, type Logger, type MetricsJson, registerProcessMetrics, registerThreadMetrics,
   Registry, SpanKind, startSpan, type Tracer, traceparentOf } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
-import { ControlPlane } from './control-plane.ts';
-import type { FromShardControl, ToShardControl } from './control.ts';
+import { AdminViews } from './admin-views.ts';
+import { ControlPlane, type NodeAsk } from './control-plane.ts';
+import type { ConnectionView, FromShardControl, ToShardControl } from './control.ts';
 import { freePort } from './free-port.ts';
-import { NodeMetrics } from './node-metrics.ts';
+import { NodeMetrics, type ShardSource } from './node-metrics.ts';
+import { NodeStats } from './node-stats.ts';
 import { NodeRegistry } from './node-registry.ts';
 import { PushQueue } from './push-queue.ts';
 import { acceptedSocketsOnPort } from './proc-sockets.ts';
@@ -38,6 +40,8 @@ const FROM_SOURCE = import.meta.url.endsWith('.ts');
 const SHARD_FILE = new URL(FROM_SOURCE ? './shard-entry.mjs' : './shard.js', import.meta.url);
 /** The gateway's own version, from its package.json (one folder up from src/ and dist/ alike). */
 export const GATEWAY_VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+/** The admin page's built assets: apps/admin-ui's build, copied into dist/ui by the gateway's build. */
+const UI_DIR = new URL(FROM_SOURCE ? '../../admin-ui/dist/' : './ui/', import.meta.url);
 /** How long a shard may take to close its sockets on stop before it is cut off. */
 const STOP_TIMEOUT_MS = 10_000;
 const RESTART_DELAY_MS = 250;
@@ -49,12 +53,16 @@ const CLOSE_GRACE_MS = 18_000;
 /** The coordinator's timers for its asks: they never keep the process alive. */
 const TIMERS: RequestTimers = { set: (fn, ms) => setTimeout(fn, ms).unref(), clear: (h) => clearTimeout(h as NodeJS.Timeout) };
 
+/** What a shard answers the coordinator's asks with. */
+type ShardAnswer = MetricsJson | PublishResult | HistoryResult | number | string | readonly string[] | readonly (readonly [string, number])[] |
+  readonly ConnectionView[] | undefined;
+
 class ShardLink {
   listening: ((port: number) => void) | undefined;
   /** The user-socket holders this shard claimed under (embedded mode): dropped when it goes. */
   readonly holders = new Set<string>();
   /** Asks waiting for this shard's answer (metrics, admin publishes and history reads, control commands, presence, users). */
-  readonly requests = new PendingRequests<MetricsJson | PublishResult | HistoryResult | number | string | readonly string[] | undefined>(TIMERS);
+  readonly requests = new PendingRequests<ShardAnswer>(TIMERS);
   constructor(readonly port: MessagePort) {}
   send(m: ToShardControl, transfer: MessagePort[] = []): void {
     this.port.postMessage(m, transfer);
@@ -104,6 +112,11 @@ export class Coordinator {
   private nodes: NodeRegistry | undefined;
   /** WS_WEBHOOK_URL: the node's lifecycle webhook queue. */
   private readonly webhooks: WebhookSender | undefined;
+  /** The admin page's samples of this node. */
+  private stats: NodeStats | undefined;
+  /** WS_UPGRADE_RATE's shared cells, as the coordinator reads them (null: no budget). */
+  private readonly budget: UpgradeBudget | null;
+  private readonly startedAt = Date.now();
 
   constructor(
     private readonly config: Config,
@@ -111,6 +124,7 @@ export class Coordinator {
     private readonly opts: { testHooks: boolean; onDrainRequest?: () => void; tracer?: Tracer | null; uws: UwsBuild },
   ) {
     this.nodeMetrics = new NodeMetrics(this.registry, config.metricsWaitMs);
+    this.budget = config.upgradeRate === 0 ? null : new UpgradeBudget(this.shared.buffer, config.upgradeRate);
     this.windowBuffers = config.redisUrl === undefined ? sharedWindowBuffers(config) : undefined;
     this.upgradeWindows = this.windowBuffers === undefined ? undefined : sharedWindows(config, this.windowBuffers, MAX_SHARDS, false);
     this.registerMetrics();
@@ -169,6 +183,8 @@ export class Coordinator {
       this.carryOut(cmd, origin).catch((err: unknown) => this.log.error({ err, op: cmd.op }, 'carrying out an admin command failed'));
     }, (tenant, users, frame) => this.deliverToUsers(tenant, users, frame), this.redis?.client);
     this.control.registry = this.nodes;
+    // Before start: a question from another node may come as soon as the control channel is subscribed.
+    this.control.answerAsk = (ask, from) => this.answer(ask, from);
     if (cfg.redisUrl !== undefined) {
       this.push = new PushQueue(cfg, this.log);
       const push = this.push;
@@ -177,6 +193,18 @@ export class Coordinator {
     }
     this.control.start();
     await Promise.all(Array.from({ length: cfg.workers }, (_, i) => this.startShard(i, this.publicPort)));
+    this.stats = new NodeStats({
+      id: this.nodeId, version: GATEWAY_VERSION, startedAt: this.startedAt,
+      state: () => (this.draining || this.stopping !== undefined ? 'draining' : this.shared.ready(cfg.workers, cfg.maxSockets) ? 'ready' : 'not_ready'),
+      redis: () => (cfg.redisUrl === undefined ? 'none' : this.shared.has(Flag.RedisDown) ? 'down' : 'up'),
+      upgradeBudget: () => cfg.upgradeRate,
+      upgradeBacklogMs: () => this.budget?.backlogMs() ?? 0,
+      sockets: () => new Map([...this.links.keys()].sort((a, b) => a - b).map((i) => [i, this.shared.socketsOf(i)])),
+      rssBytes: () => process.memoryUsage.rss(),
+    }, () => this.nodeMetrics.parts(this.shardSources()), (err) => this.log.warn({ err }, 'admin page: sampling the node failed'));
+    this.stats.start();
+    const control = this.control;
+    const views = new AdminViews(cfg, this.nodeId, (ask) => control.askNodes(ask), () => this.nodes?.nodes ?? new Set([this.nodeId]));
     this.admin = createAdminServer({
       config: cfg,
       log: this.log,
@@ -191,6 +219,8 @@ export class Coordinator {
       push: this.push === undefined ? undefined : (tenant, users, req) => this.push!.enqueue(tenant, users, req),
       presence: (tenant, topic) => this.presence(topicKey(tenant, topic)),
       drain: () => this.opts.onDrainRequest?.(),
+      views,
+      uiDir: UI_DIR,
     });
     const adminPort = await new Promise<number>((resolve, reject) => {
       this.admin!.once('error', reject);
@@ -265,6 +295,7 @@ export class Coordinator {
     await this.webhooks?.stop(WEBHOOK_STOP_MS);
     await new Promise<void>((resolve) => (this.admin ? this.admin.close(() => resolve()) : resolve()));
     this.admin?.closeAllConnections();
+    this.stats?.stop();
     await this.pool?.destroy();
     await this.nodes?.stop();
     await this.push?.close();
@@ -408,6 +439,12 @@ export class Coordinator {
       case 'usersSent':
         link.requests.answer(m.rid, m.online);
         return;
+      case 'topicsTop':
+        link.requests.answer(m.rid, m.top);
+        return;
+      case 'connectionsOf':
+        link.requests.answer(m.rid, m.connections);
+        return;
     }
   }
 
@@ -440,7 +477,7 @@ export class Coordinator {
   }
 
   /** Asks a shard and waits for its answer, or for `fallback` after `ms` or when the shard goes away. */
-  private ask<T extends MetricsJson | PublishResult | HistoryResult | number | string | readonly string[] | undefined>(link: ShardLink,
+  private ask<T extends ShardAnswer>(link: ShardLink,
     make: (rid: number) => ToShardControl, fallback: T,
     ms: number): Promise<T> {
     return link.requests.request<T>((rid) => link.send(make(rid)), { timeoutMs: ms, fail: { value: fallback } });
@@ -482,11 +519,41 @@ export class Coordinator {
   }
 
   private metrics(): Promise<{ text: string; contentType: string }> {
-    return this.nodeMetrics.render([...this.links].map(([shard, link]) => ({
+    return this.nodeMetrics.render(this.shardSources());
+  }
+
+  private shardSources(): ShardSource[] {
+    return [...this.links].map(([shard, link]) => ({
       shard,
       scrape: () => this.ask<MetricsJson | undefined>(link, (rid) => ({ op: 'metrics', rid }), undefined, 2000),
       current: () => this.links.get(shard) === link,
-    })));
+    }));
+  }
+
+  /** This node's part of a question to the nodes (the admin page's views, a drain); see AdminViews. */
+  private async answer(ask: NodeAsk, from: string): Promise<unknown> {
+    const links = [...this.links.values()];
+    switch (ask.kind) {
+      case 'stats':
+        // Still starting (no shard listening yet): no view; the asker shows this node as not answering.
+        return this.stats === undefined ? null : this.stats.view();
+      case 'topics': {
+        const each = await Promise.all(links.map((link) =>
+          this.ask<readonly (readonly [string, number])[]>(link, (rid) => ({ op: 'topics', rid, limit: ask.limit, tenant: ask.tenant }), [], 2000)));
+        const sums = new Map<string, number>();
+        for (const list of each) for (const [key, n] of list) sums.set(key, (sums.get(key) ?? 0) + n);
+        return [...sums].sort((a, b) => b[1] - a[1]).slice(0, ask.limit);
+      }
+      case 'connections': {
+        const each = await Promise.all(links.map((link) =>
+          this.ask<readonly ConnectionView[]>(link, (rid) => ({ op: 'connections', rid, tenant: ask.tenant, user: ask.user }), [], 2000)));
+        return each.flat();
+      }
+      case 'drain':
+        if (from !== this.nodeId) this.log.info({ from }, 'drain requested by the admin API of another node');
+        this.opts.onDrainRequest?.();
+        return { status: 'draining' };
+    }
   }
 
   private registerMetrics(): void {
@@ -524,7 +591,7 @@ export class Coordinator {
     gaugeFrom(r, 'sluice_ready', '1 while the node accepts new sockets, else 0.',
       () => (this.shared.ready(this.config.workers, this.config.maxSockets) ? 1 : 0), 'max');
     // Read from the shards' shared budget cells; no budget (0) reads 0.
-    const budget = this.config.upgradeRate === 0 ? null : new UpgradeBudget(this.shared.buffer, this.config.upgradeRate);
+    const budget = this.budget;
     gaugeFrom(r, 'sluice_upgrade_budget_per_second', 'WS_UPGRADE_RATE: upgrades the node accepts per second (0 = no budget).', () => this.config.upgradeRate, 'max');
     gaugeFrom(r, 'sluice_upgrade_backlog_seconds',
       'How far ahead the upgrade budget has told refused clients to come back: the backlog at WS_UPGRADE_RATE; 0 when none waits.',

@@ -72,6 +72,17 @@ export class NodeMetrics {
   }
 
   private async collect(shards: readonly ShardSource[]): Promise<{ text: string; contentType: string }> {
+    const p = await this.parts(shards);
+    return aggregateMetrics([p.own, ...p.shards.values(), ...p.retired]);
+  }
+
+  /**
+   * Every part of the node's metrics, apart: the coordinator's registry, each
+   * running shard's answer (or its last, as for a scrape: at most `waitMs`
+   * is waited for a shard that answered before) and the retired counters.
+   * The admin page's node stats read them (node-stats.ts).
+   */
+  async parts(shards: readonly ShardSource[]): Promise<{ own: MetricsJson; shards: Map<number, MetricsJson>; retired: readonly MetricsJson[] }> {
     const asks = shards.map((s) => this.ask(s));
     // A shard that never answered has nothing to stand in for it: wait for it (its ask has its own deadline).
     const firsts = asks.filter((_, i) => !this.lastScrape.has(shards[i]!.shard));
@@ -80,7 +91,8 @@ export class NodeMetrics {
     const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, this.waitMs)));
     await Promise.race([Promise.all(asks), Promise.all([waited, ...firsts])]);
     clearTimeout(timer);
-    const perShard = shards.map(({ shard }) => this.lastScrape.get(shard) ?? []);
-    return aggregateMetrics([own, ...perShard, ...this.retired]);
+    const perShard = new Map<number, MetricsJson>();
+    for (const { shard } of shards) perShard.set(shard, this.lastScrape.get(shard) ?? []);
+    return { own, shards: perShard, retired: this.retired };
   }
 }

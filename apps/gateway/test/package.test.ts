@@ -60,6 +60,8 @@ describe('@sluice/gateway packed and installed outside the workspace', { timeout
     assert.equal(manifest.bin['sluice'], './dist/main.js');
     assert.ok(files.includes('dist/main.js') && files.includes('dist/shard.js') && files.includes('dist/cork-probe.mjs'), files.join(', '));
     assert.deepEqual(files.filter((f) => f.startsWith('src/') || f.startsWith('test/') || f.endsWith('.ts')), []);
+    // The admin page's build (GET /ui): its index and its hashed script.
+    assert.ok(files.includes('dist/ui/index.html') && files.some((f) => /^dist\/ui\/assets\/index-[\w-]+\.js$/.test(f)), files.join(', '));
     // The license travels with the package, the same text as the repository's.
     assert.ok(files.includes('LICENSE'), 'LICENSE is in the tarball');
     assert.equal(readFileSync(join(GATEWAY_DIR, 'LICENSE'), 'utf8'), readFileSync(join(REPO, 'LICENSE'), 'utf8'));
@@ -104,6 +106,10 @@ describe('@sluice/gateway packed and installed outside the workspace', { timeout
       const line = gw.logs.find((l) => typeof l['uws'] === 'string');
       assert.equal(line?.['node'], process.version);
       assert.match(String(line?.['binary']), new RegExp(`^${project.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}/node_modules/`));
+      // The admin page, from the tarball's dist/ui.
+      const page = await fetch(gw.admin('/ui'));
+      assert.equal(page.status, 200);
+      assert.match(await page.text(), /<title>Sluice admin<\/title>/);
       const c = await Client.connect(gw.url());
       await c.request({ type: 'join', topic: 'npx:t' });
       const reply = await c.request({ type: 'publish', topic: 'npx:t', data: 'from npx' });

@@ -9,7 +9,8 @@ import { actionOf, type ControlCommand, type MailItem, type Revocation, type Rev
 import { EventClass } from '@sluice/protocol';
 import type { ShardContext } from './context.ts';
 import type { Session } from './session.ts';
-import { type Socket, socketIdPrefix } from './socket-data.ts';
+import type { ConnectionView } from '../control.ts';
+import { type Socket, socketId, socketIdPrefix } from './socket-data.ts';
 import type { SocketIndex } from './socket-index.ts';
 
 export class AdminActions {
@@ -104,6 +105,20 @@ export class AdminActions {
       if (reached) online.push(user);
     }
     return online;
+  }
+
+  /** This shard's open sockets of a user (GET /v1/connections), at most `max`. */
+  connections(tenant: string, user: string, max: number): ConnectionView[] {
+    const out: ConnectionView[] = [];
+    const { nodeId, shard } = this.ctx.task;
+    for (const ws of this.users.of(userKey(tenant, user))) {
+      const d = ws.getUserData().d;
+      if (!d.open) continue;
+      if (out.length === max) break;
+      out.push({ connectionId: socketId(d), node: nodeId, shard, ip: d.ip, topics: d.topics === null ? [] : [...d.topics.keys()],
+        bufferedBytes: ws.getBufferedAmount(), slow: d.mailbox !== null, expiresAt: Number.isFinite(d.expiresAt) ? d.expiresAt : null });
+    }
+    return out;
   }
 
   /** Closes with 4003 every open socket whose token the revocations now hold, found through the user and token indexes. */

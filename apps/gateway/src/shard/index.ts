@@ -42,6 +42,11 @@ import type { ShardExit, ShardTask } from './task.ts';
 import { Topics } from './topics.ts';
 import { ShardTracing } from './tracing.ts';
 import { SocketIndex } from './socket-index.ts';
+
+/** How long a shard's answer to GET /v1/topics stands (a page asks every 2 s). */
+const TOP_TOPICS_CACHE_MS = 2000;
+/** The most sockets of one user a shard lists for GET /v1/connections. */
+const MAX_CONNECTIONS_LISTED = 1000;
 import { ShardPresence } from './presence.ts';
 import { PresenceCluster } from '../presence-redis.ts';
 
@@ -79,6 +84,9 @@ class Shard {
   private readonly metrics = new ShardMetrics();
   private readonly session: Session;
   private readonly actions: AdminActions;
+  private readonly topics: Topics<Recovery>;
+  /** The last answer to GET /v1/topics, by limit and tenant. */
+  private topTopics: { readonly key: string; readonly at: number; readonly top: [string, number][] } | undefined;
   private readonly revocations = new Revocations();
   private prunedAt = 0;
   private readonly fanOut: FanOut;
@@ -132,7 +140,7 @@ class Shard {
       },
       ctx.compressEvents,
     );
-    const topics = new Topics<Recovery>(this.broker, ctx.lines.degraded);
+    const topics = (this.topics = new Topics<Recovery>(this.broker, ctx.lines.degraded));
     const recoveries = new Recoveries(ctx, this.broker, topics, lane);
     const verifier = cfg.auth === 'jwt' ? new Verifier(cfg) : null;
     const hooks = (this.hooks = shardHooks(cfg, this.shared, task.shard, registry, ctx.lines.hooks));
@@ -322,6 +330,20 @@ class Shard {
         this.tell({ op: 'usersSent', rid: m.rid, online });
         return;
       }
+      case 'topics': {
+        // One pass over the shard's topics per TOP_TOPICS_CACHE_MS at most, however many pages (or nodes) ask.
+        const key = `${m.limit}/${m.tenant ?? ''}`;
+        const now = Date.now();
+        let cached = this.topTopics;
+        if (cached === undefined || cached.key !== key || now - cached.at > TOP_TOPICS_CACHE_MS) {
+          cached = this.topTopics = { key, at: now, top: this.topics.top(m.limit, m.tenant === undefined ? undefined : topicKey(m.tenant, '')) };
+        }
+        this.tell({ op: 'topicsTop', rid: m.rid, top: cached.top });
+        return;
+      }
+      case 'connections':
+        this.tell({ op: 'connectionsOf', rid: m.rid, connections: this.actions.connections(m.tenant, m.user, MAX_CONNECTIONS_LISTED) });
+        return;
       case 'nodes':
         this.presenceCluster?.nodes(m.live, m.gone, m.joined);
         return;

@@ -76,6 +76,26 @@ export class Topics<R> {
     this.onDropped(key);
   }
 
+  /**
+   * The `limit` topics with the most sockets of this shard (GET /v1/topics),
+   * largest first, as [key, sockets]; only keys that start with `prefix`
+   * (a tenant's `tenant/`) when given. One pass over the records with a
+   * bounded list: asked by the admin page, never per event.
+   */
+  top(limit: number, prefix: string | undefined): [string, number][] {
+    const out: [string, number][] = [];
+    for (const [key, t] of this.records) {
+      if (prefix !== undefined && !key.startsWith(prefix)) continue;
+      if (out.length === limit && t.count <= out[limit - 1]![1]) continue;
+      // Insertion into the sorted list: limit is at most 100.
+      let i = out.length === limit ? limit - 1 : out.length;
+      while (i > 0 && out[i - 1]![1] < t.count) i--;
+      out.splice(i, 0, [key, t.count]);
+      if (out.length > limit) out.pop();
+    }
+    return out;
+  }
+
   /** `rec` waits on the topic's live delivery. The topic must be held (a joined socket holds it). */
   addRecovery(key: string, rec: R): void {
     const t = this.records.get(key)!;

@@ -88,15 +88,10 @@ export class AdminViews {
    */
   async topics(tenant: string | undefined, limit: number): Promise<{ topics: TopTopic[]; unanswered: readonly string[] }> {
     const { answers, unanswered } = await this.ask({ kind: 'topics', tenant, limit });
-    const sums = new Map<string, number>();
-    for (const body of answers.values()) {
-      if (!Array.isArray(body)) continue;
-      for (const e of body as unknown[]) {
-        if (!Array.isArray(e) || typeof e[0] !== 'string' || typeof e[1] !== 'number') continue;
-        sums.set(e[0], (sums.get(e[0]) ?? 0) + e[1]);
-      }
-    }
-    const topics = [...sums].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, limit).map(([key, n]) => {
+    // Another node's answer came over Redis: only well-formed entries count.
+    const lists = [...answers.values()].filter(Array.isArray).map((body) => (body as unknown[]).filter((e): e is [string, number] =>
+      Array.isArray(e) && typeof e[0] === 'string' && typeof e[1] === 'number'));
+    const topics = sumLargest(lists, limit).map(([key, n]) => {
       const slash = key.indexOf('/');
       return { tenant: key.slice(0, slash), topic: key.slice(slash + 1), subscribers: n };
     });
@@ -118,6 +113,16 @@ export class AdminViews {
     const { answers } = await this.ask({ kind: 'drain', node });
     return answers.has(node) ? 'draining' : 'unanswered';
   }
+}
+
+/**
+ * Lists of [topic key, sockets] (each shard's, then each node's) summed by
+ * key: the `limit` largest, largest first, ties by key (one order on every node).
+ */
+export function sumLargest(lists: Iterable<readonly (readonly [string, number])[]>, limit: number): [string, number][] {
+  const sums = new Map<string, number>();
+  for (const list of lists) for (const [key, n] of list) sums.set(key, (sums.get(key) ?? 0) + n);
+  return [...sums].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, limit);
 }
 
 function isNodeView(v: unknown): v is NodeView {

@@ -14,7 +14,7 @@ import { actionOf, type Config, type ControlCommand, describeCommand, type Drain
 import { counterFrom, endSpan, gaugeFrom, type Logger, type MetricsJson, registerProcessMetrics, registerThreadMetrics,
   Registry, SpanKind, startSpan, type Tracer, traceparentOf } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
-import { AdminViews } from './admin-views.ts';
+import { AdminViews, sumLargest } from './admin-views.ts';
 import { ControlPlane, type NodeAsk } from './control-plane.ts';
 import type { ConnectionView, FromShardControl, ToShardControl } from './control.ts';
 import { freePort } from './free-port.ts';
@@ -540,9 +540,7 @@ export class Coordinator {
       case 'topics': {
         const each = await Promise.all(links.map((link) =>
           this.ask<readonly (readonly [string, number])[]>(link, (rid) => ({ op: 'topics', rid, limit: ask.limit, tenant: ask.tenant }), [], 2000)));
-        const sums = new Map<string, number>();
-        for (const list of each) for (const [key, n] of list) sums.set(key, (sums.get(key) ?? 0) + n);
-        return [...sums].sort((a, b) => b[1] - a[1]).slice(0, ask.limit);
+        return sumLargest(each, ask.limit);
       }
       case 'connections': {
         const each = await Promise.all(links.map((link) =>

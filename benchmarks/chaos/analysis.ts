@@ -69,14 +69,14 @@ export function ackedByTopic(acked: readonly Acked[]): Map<string, Set<string>> 
   return out;
 }
 
-function extras(values: readonly string[]): { extra: number; first: string | undefined } {
+function extras(values: readonly string[]): { extra: number; first: string | undefined; seen: Set<string> } {
   const seen = new Set<string>();
   let extra = 0;
   let first: string | undefined;
   for (const v of values) {
     if (seen.has(v)) { extra++; first ??= v; } else seen.add(v);
   }
-  return { extra, first };
+  return { extra, first, seen };
 }
 
 /**
@@ -90,7 +90,9 @@ export function checkSubscription(acc: DeliveryCheck, acked: ReadonlyMap<string,
   acc.subscriptions++;
   const want = acked.get(sub.topic);
   const gone = lost?.get(sub.topic);
-  const got = new Set(sub.ids);
+  // One pass over the ids gives both the set of those got and their repeats.
+  const d = extras(sub.ids);
+  const got = d.seen;
   const note = (s: string): void => { if (acc.examples.length < EXAMPLES) acc.examples.push(s); };
   if (want !== undefined) {
     acc.expected += want.size;
@@ -102,7 +104,6 @@ export function checkSubscription(acc: DeliveryCheck, acked: ReadonlyMap<string,
       }
     }
   }
-  const d = extras(sub.ids);
   if (d.extra > 0) { acc.duplicateIds += d.extra; note(`client ${sub.client} got ${sub.topic} ${d.first} more than once`); }
   const k = extras(sub.keys);
   if (k.extra > 0) { acc.duplicateKeys += k.extra; note(`client ${sub.client} got publish ${k.first} on ${sub.topic} under two ids`); }

@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import { parseEventId } from '@sluice/protocol';
 import { compareEventIds, formatEventId } from '@sluice/protocol';
 import type { EventId } from '@sluice/protocol';
-import { MemoryHistory } from '../src/history.ts';
+import { MemoryHistory, TopicLog } from '../src/history.ts';
 import type { HistoryRead } from '../src/history.ts';
 
 const T0 = 1_732_900_000_000;
@@ -504,5 +504,125 @@ describe('MemoryHistory: a new life', () => {
     assert.equal(r.recovered, false);
     assert.equal(h.read('t', idOf(e), started + 30).recovered, true);
     assert.equal(h.read('u', { ms: started, seq: 0 }, started + 30).recovered, true);
+  });
+});
+
+describe('MemoryHistory: frames kept as bytes', () => {
+  // Frames of every size and kind of character: the ring wraps, grows,
+  // shrinks on sweep and must give back each frame exactly as appended.
+  const frameArb = fc.oneof(
+    fc.string({ maxLength: 40 }),
+    fc.string({ unit: 'grapheme', maxLength: 30 }),
+    fc.string({ unit: fc.constantFrom('é', '€', '😀', 'a', '"', '\u0000'), maxLength: 300 }),
+    fc.constant(''),
+    fc.integer({ min: 200, max: 3000 }).map((n) => 'x'.repeat(n)),
+    // Three bytes per UTF-16 unit: the most a frame can take, so its room is exactly its need.
+    fc.integer({ min: 1, max: 120 }).map((n) => '€'.repeat(n)),
+  );
+  const stepArb = fc.oneof(
+    { weight: 6, arbitrary: fc.record({ kind: fc.constant('append' as const), topic: fc.constantFrom('a', 'b'), frame: frameArb, dt: fc.integer({ min: 0, max: 30 }) }) },
+    { weight: 1, arbitrary: fc.record({ kind: fc.constant('sweep' as const), dt: fc.integer({ min: 0, max: 120 }) }) },
+  );
+
+  test('property: every stored frame reads back as appended, whatever their sizes, across wraps, growth, trims and sweeps', () => {
+    fc.assert(fc.property(fc.integer({ min: 1, max: 12 }), fc.array(stepArb, { maxLength: 120 }), (max, steps) => {
+      const ttl = 100;
+      const h = new MemoryHistory(max, ttl);
+      const model = new Map<string, { id: string; ms: number; frame: string }[]>();
+      let now = T0;
+      for (const step of steps) {
+        now += step.dt;
+        if (step.kind === 'sweep') {
+          h.sweep(now, 10);
+        } else {
+          const id = h.append(step.topic, now, (f: string) => f, step.frame).id;
+          const list = model.get(step.topic) ?? [];
+          list.push({ id, ms: now, frame: step.frame });
+          model.set(step.topic, list);
+        }
+        for (const [topic, list] of model) {
+          const want = list.filter((e) => e.ms >= now - ttl).slice(-max);
+          const got = h.read(topic, since('0-0'), now).events;
+          assert.deepEqual(got, want.map((e) => ({ id: e.id, frame: e.frame })));
+        }
+      }
+    }), { numRuns: 500 });
+  });
+
+  test('frames that fill their room exactly (three bytes a unit), many lengths, many counts: each reads back intact', () => {
+    // Walks the ring through thousands of layouts, so that a frame lands in
+    // a free stretch exactly its size, or one byte short, at some point.
+    for (const max of [2, 3, 5, 8]) {
+      const h = new MemoryHistory(max, 60_000);
+      const kept: { id: string; frame: string }[] = [];
+      let x = 7;
+      for (let i = 0; i < 3000; i++) {
+        x = (x * 1103515245 + 12345) % 2147483648;
+        const frame = '€'.repeat(1 + (x % 97));
+        kept.push({ id: h.append('t', T0, (f: string) => f, frame).id, frame });
+        if (kept.length > max) kept.shift();
+        assert.deepEqual(h.read('t', since('0-0'), T0).events, kept, `max ${max}, append ${i}`);
+      }
+    }
+  });
+
+  test('property: frames sized to the free stretch, one unit under, at and over it, never overlap a stored one', () => {
+    // White box: each frame's length is chosen from the log's layout (the
+    // room at the end, the room before the head, the room between tail and
+    // head), at the boundaries where an off-by-one would write over the
+    // oldest frame; three bytes a unit, the most a frame can take.
+    const pickArb = fc.array(fc.record({ which: fc.constantFrom('end', 'start', 'gap', 'any'), delta: fc.integer({ min: -2, max: 2 }), any: fc.integer({ min: 0, max: 200 }) }),
+      { minLength: 1, maxLength: 150 });
+    fc.assert(fc.property(fc.integer({ min: 1, max: 9 }), pickArb, (max, picks) => {
+      const log = new TopicLog({ ms: 0, seq: 0 });
+      const kept: string[] = [];
+      for (const p of picks) {
+        const cap = log.bytes?.length ?? 0;
+        const h = log.size === 0 ? 0 : log.off[log.head]!;
+        const free = p.which === 'end' ? cap - log.tail : p.which === 'start' ? h : p.which === 'gap' ? h - log.tail : p.any * 3;
+        const units = Math.max(0, Math.floor((free - 1) / 3) + p.delta);
+        const frame = '€'.repeat(units);
+        log.push(0, 0, frame, max);
+        kept.push(frame);
+        if (kept.length > max) kept.shift();
+        const spans: [number, number][] = [];
+        for (let i = 0; i < log.size; i++) {
+          const at = log.slot(i);
+          assert.equal(log.frame(at), kept[i]);
+          const from = log.off[at]!;
+          const to = from + Math.max(1, log.len[at]!);
+          assert.ok(from >= 0 && to <= log.bytes!.length, `frame ${i} at ${from}..${to} outside ${log.bytes!.length}`);
+          for (const [a, b] of spans) assert.ok(to <= a || from >= b, `frame ${i} at ${from}..${to} overlaps ${a}..${b}`);
+          spans.push([from, to]);
+        }
+      }
+    }), { numRuns: 1000 });
+  });
+
+  test('a buffer grown for large frames shrinks back when they are gone, and an emptied log lets go of it', () => {
+    const log = new TopicLog({ ms: 0, seq: 0 });
+    for (let i = 0; i < 8; i++) log.push(0, i, 'x'.repeat(10_000), 100);
+    const big = log.bytes!.length;
+    assert.ok(big >= 80_000, `${big} bytes for 80,000`);
+    for (let i = 0; i < 100; i++) log.push(1, i, 'small', 100);
+    assert.equal(log.size, 100);
+    while (log.bytes!.length > 4 * log.held && log.bytes!.length > 256) {
+      const before = log.bytes!.length;
+      log.compact();
+      assert.ok(log.bytes!.length < before, 'each compaction halves');
+    }
+    assert.ok(log.bytes!.length <= 4 * 600, `${log.bytes!.length} bytes kept for 100 frames of 5`);
+    for (let i = 0; i < 100; i++) assert.equal(log.frame(log.slot(i)), 'small');
+    while (log.size > 0) log.dropOldest();
+    log.compact();
+    assert.equal(log.bytes, undefined);
+  });
+
+  test('a frame read back is a copy: a later append over its old bytes does not change it', () => {
+    const h = new MemoryHistory(2, 60_000);
+    h.append('t', T0, (f: string) => f, 'first é');
+    const [first] = h.read('t', since('0-0'), T0).events;
+    for (let i = 0; i < 20; i++) h.append('t', T0 + i, (f: string) => f, `again ${i} ${'y'.repeat(i * 50)}`);
+    assert.equal(first!.frame, 'first é');
   });
 });

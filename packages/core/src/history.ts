@@ -48,10 +48,13 @@ const span = (len: number): number => (len > 0 ? len : 1);
  * head event's offset, wrapping to 0 once; a frame never straddles the end.
  * With the head event at offset h and the next write at `tail`: tail > h
  * when not wrapped (free: tail..end, then 0..h), tail <= h when wrapped
- * (free: tail..h). A frame takes at most 3 bytes per UTF-16 unit, so that
- * much contiguous room is found (or made by growing) before it is written;
- * an empty frame takes one byte (`span`), so that every event has bytes and
- * tail = h means full. Exported for its tests only (not from the package).
+ * (free: tail..h). An empty frame takes one byte (`span`), so that every
+ * event has bytes and tail = h means full. Exported for its tests only (not
+ * from the package).
+ *
+ * Frames are kept as UTF-8: a string with a lone surrogate reads back with
+ * U+FFFD in its place (as a WebSocket text frame would carry it). The
+ * gateway's frames are JSON.stringify's output, which never has one.
  */
 export class TopicLog {
   ms: number[] = [];
@@ -90,8 +93,17 @@ export class TopicLog {
       else this.grow(Math.min(max, Math.max(8, this.size * 2)));
     }
     const at = this.slot(this.size);
-    const offset = this.room(frame.length * 3 + 1);
-    const written = this.bytes!.write(frame, offset, 'utf8');
+    // A frame takes at most 3 bytes a UTF-16 unit: room for that is looked
+    // for first, without counting; only when there is none are its bytes
+    // counted, so that a buffer grows for what the frame takes, not 3 times it.
+    let bound = frame.length * 3;
+    let offset = this.fit(span(bound));
+    if (offset < 0) {
+      bound = Buffer.byteLength(frame, 'utf8');
+      offset = this.fit(span(bound));
+      if (offset < 0) offset = this.growFor(span(bound));
+    }
+    const written = bound === 0 ? 0 : this.bytes!.write(frame, offset, bound, 'utf8');
     this.ms[at] = ms;
     this.seq[at] = seq;
     this.off[at] = offset;
@@ -109,27 +121,38 @@ export class TopicLog {
     this.size--;
     if (this.size === 0) this.tail = 0;
   }
-  /** Drops the bytes of a log that emptied, and halves a buffer a quarter full (the sweep calls it). */
+  /**
+   * The sweep's: drops the bytes of a log that emptied, and halves a buffer
+   * more than 8 times its frames' bytes (so that the half still has room for
+   * 3 times them: halving and growing again cannot take turns).
+   */
   compact(): void {
     if (this.bytes === undefined) return;
     if (this.size === 0) this.bytes = undefined;
-    else if (this.held * 4 < this.bytes.length && this.bytes.length > MIN_BYTES) this.relayout(Math.max(MIN_BYTES, this.bytes.length >>> 1));
+    else if (this.held * 8 < this.bytes.length && this.bytes.length > MIN_BYTES) this.relayout(Math.max(MIN_BYTES, this.bytes.length >>> 1));
   }
-  /** The offset of `need` contiguous free bytes, growing the buffer when there are not. */
-  private room(need: number): number {
+  /** The offset of `n` (>= 1) contiguous free bytes, or -1 when there are not. */
+  private fit(n: number): number {
     const cap = this.bytes?.length ?? 0;
-    if (this.size === 0) {
-      if (need > cap) this.bytes = Buffer.allocUnsafeSlow(Math.max(MIN_BYTES, need));
-      return 0;
-    }
+    if (this.size === 0) return n <= cap ? 0 : -1;
     const h = this.off[this.head]!;
     if (this.tail > h) {
-      if (cap - this.tail >= need) return this.tail;
-      if (h >= need) return 0;
-    } else if (h - this.tail >= need) {
+      if (cap - this.tail >= n) return this.tail;
+      if (h >= n) return 0;
+    } else if (h - this.tail >= n) {
       return this.tail;
     }
-    this.relayout(Math.max(cap * 2, (this.held + need) * 2));
+    return -1;
+  }
+  /** Grows the buffer (at least doubling it) so that `n` bytes follow the stored frames; returns their offset. */
+  private growFor(n: number): number {
+    const cap = this.bytes?.length ?? 0;
+    const capacity = Math.max(MIN_BYTES, cap * 2, this.held + 2 * n);
+    if (this.size === 0) {
+      this.bytes = Buffer.allocUnsafeSlow(capacity);
+      return 0;
+    }
+    this.relayout(capacity);
     return this.tail;
   }
   /** Moves the stored frames, oldest first, to the start of a buffer of `capacity` bytes. */

@@ -58,6 +58,7 @@ options:
   --warmup n         S17: publishes before the timed ones (default 300)
   --quick            S14: 2000 sockets, 2 processes, shorter churn phases, a 4 s TTL (a smoke test, about a minute); S15: 500 sockets, 3 topics
   --no-sio           S14: without the Socket.IO comparison
+  --cost-only        S9: only the refusal cost (Sluice and raw uWS, a 503 and an upgrade each), no storm
   --rates a,b,c      S16: big-topic, room and feed events per second (default 0.2,10,10); --seconds: the steady window (120)
   --ramp a,b         S16: after the steady window, 20 s at the rates times a, then b (default 3)
   --room-size n      S16: sockets per room (10); --feeds n: keyed feeds (1000); --rate: WS_DRAIN_RATE (2000)
@@ -92,7 +93,7 @@ function parse(): Cli {
       rounds: { type: 'string' }, revocations: { type: 'string' }, 'rst-at-close': { type: 'boolean' },
       'ttl-ms': { type: 'string' }, quick: { type: 'boolean' }, 'no-sio': { type: 'boolean' }, events: { type: 'string' }, warmup: { type: 'string' },
       rates: { type: 'string' }, ramp: { type: 'string' }, 'room-size': { type: 'string' }, feeds: { type: 'string' }, 'no-restart': { type: 'boolean' },
-      'from-source': { type: 'boolean' }, owned: { type: 'boolean' },
+      'from-source': { type: 'boolean' }, owned: { type: 'boolean' }, 'cost-only': { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });

@@ -211,7 +211,8 @@ export const SCENARIOS: readonly Scenario[] = [
     defaultTargets: ['sluice'],
     targets: withSluice,
     run: async (ctx) => {
-      const got = await measure(ctx, 'S9', ctx.alone ? { ...S9_DEFAULT, ...given(ctx.v, { ...DRAIN, clients: 'sockets' }) } : { ...S9_DEFAULT }, runStorm);
+      const cfg = ctx.alone ? { ...S9_DEFAULT, ...given(ctx.v, { ...DRAIN, clients: 'sockets' }) } : { ...S9_DEFAULT };
+      const got = await measure(ctx, 'S9', ctx.alone && ctx.v['cost-only'] === true ? { ...cfg, budgets: [] } : cfg, runStorm);
       svg(ctx, 'results-s9.svg', got.some((x) => x.ok) ? renderStormSvg(got) : undefined);
       return got;
     },

@@ -157,4 +157,6 @@ test('S9 with an upgrade budget, 80 clients at 10/s (the drain hints spread them
   assert.ok((codes('refusedCodes')['503'] ?? 0) >= 990, JSON.stringify(cost.extra));
   assert.equal(codes('acceptedCodes')['101'], 1000, JSON.stringify(cost.extra));
   assert.ok(Number(cost.extra['refusedUs']) > 0 && Number(cost.extra['acceptedUs']) > 0, JSON.stringify(cost.extra));
+  // The raw uWS floor beside it: its 503s and its upgrades were each all of the requests (else ok is false above).
+  assert.ok(Number(cost.extra['rawRefusedUs']) > 0 && Number(cost.extra['rawAcceptedUs']) > 0, JSON.stringify(cost.extra));
 });

@@ -3,7 +3,7 @@
 // subscriber of the topic (ws.publish for the others, ws.send for the sender).
 
 import { encodeReplyOk } from '@sluice/protocol';
-import { loadUws } from '@sluice/uws';
+import { type HttpResponse, loadUws } from '@sluice/uws';
 import { BAD_REQUEST, StallGauge, WELCOME, eventFrame, idGenerator, parseClientFrame, statsJson, type PeerHandle } from './common.ts';
 
 /**
@@ -17,6 +17,14 @@ export function assertNativeUws(): void {
   loadUws();
 }
 
+/**
+ * `UWS_PEER_REFUSE=1`: every upgrade is answered as Sluice's upgrade budget
+ * answers one over it (503, Retry-After, the JSON body, the connection
+ * closed), for S9's refusal cost: the least this stack can spend on a
+ * refused upgrade.
+ */
+const REFUSE = process.env['UWS_PEER_REFUSE'] === '1';
+
 export function startUwsPeer(port: number, host = '127.0.0.1'): Promise<PeerHandle> {
   assertNativeUws();
   const gauge = new StallGauge();
@@ -24,6 +32,14 @@ export function startUwsPeer(port: number, host = '127.0.0.1'): Promise<PeerHand
   const decoder = new TextDecoder();
   const app = uWS.App();
   app.ws<Record<string, never>>('/ws', {
+    ...(REFUSE ? {
+      upgrade: (res: HttpResponse) => {
+        res.cork(() => {
+          res.writeStatus('503 Service Unavailable').writeHeader('retry-after', '1').writeHeader('content-type', 'application/json')
+            .end('{"reason":"unavailable","retryAfterMs":1000}', true);
+        });
+      },
+    } : {}),
     compression: uWS.DISABLED,
     maxPayloadLength: 1024 * 1024,
     maxBackpressure: 1024 * 1024,

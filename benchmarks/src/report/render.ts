@@ -196,7 +196,10 @@ export function s9Table(rs: readonly Row[], status: (r: Row) => string): string 
   rs = rs.filter((r) => r.variant !== 'refusal cost');
   const costLine = cost === undefined ? '' : `\n\nThe cost of a refusal (\`refusal cost\`, ${f(x(cost, 'requests'))} raw upgrade requests, ${f(x(cost, 'concurrency'))} in flight, ` +
     `each socket dropped at the answer's first bytes; the gateway's CPU per request): a 503 of the budget (WS_UPGRADE_RATE=1) ${f(x(cost, 'refusedUs'), 1)} us, ` +
-    `an accepted upgrade (no budget) ${f(x(cost, 'acceptedUs'), 1)} us: ${f(x(cost, 'ratio'), 1)}x. ${status(cost)}`;
+    `an accepted upgrade (no budget) ${f(x(cost, 'acceptedUs'), 1)} us: ${f(x(cost, 'ratio'), 1)}x` +
+    (Number.isFinite(x(cost, 'rawRefusedUs')) ? `; raw uWS, the same requests: ${f(x(cost, 'rawRefusedUs'), 1)} us for the same 503 written in its upgrade handler ` +
+      `(the floor of this stack: the kernel's accept and close, uWS's HTTP parsing), ${f(x(cost, 'rawAcceptedUs'), 1)} us for an upgrade` : '') +
+    `. ${status(cost)}`;
   return 'Every client connected to node A (url list [A, B] for the SDK), then A got SIGTERM (drain at the rate named, after its delay); ' +
     'times are from SIGTERM, client-side (welcome from B; clocks of one machine). `peak/s`: the busiest 100 ms x10; `in 1 s`: most arrivals in ' +
     'any 1 s window; `B counter`: B\'s `sluice_upgrades_total{outcome="accepted"}` polled every 100 ms, fastest growth over >= 100 ms / >= 1 s; ' +

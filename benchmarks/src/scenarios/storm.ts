@@ -391,7 +391,7 @@ export function drainMaxMs(cfg: Pick<StormConfig, 'clients' | 'rate' | 'delayMs'
 }
 
 export async function runStorm(opts: RunOptions, cfg: StormConfig): Promise<Sample[]> {
-  const n = Math.max(cfg.procs, Math.ceil(cfg.clients / PER_PROC_MAX));
+  const n = cfg.budgets.length === 0 ? 0 : Math.max(cfg.procs, Math.ceil(cfg.clients / PER_PROC_MAX));
   const procs = await Promise.all(Array.from({ length: n }, (_, i) => startStormProc(i)));
   const out: Sample[] = [];
   try {
@@ -413,7 +413,8 @@ export async function runStorm(opts: RunOptions, cfg: StormConfig): Promise<Samp
   if (cfg.costRequests > 0) {
     try {
       const s = await refusalCost(cfg.costRequests, cfg.concurrency);
-      opts.log(`  S9 refusal cost: ${s.extra['refusedUs']} us of gateway CPU per 503, ${s.extra['acceptedUs']} us per accepted upgrade`);
+      opts.log(`  S9 refusal cost: ${s.extra['refusedUs']} us of gateway CPU per 503, ${s.extra['acceptedUs']} us per accepted upgrade; ` +
+        `raw uWS ${s.extra['rawRefusedUs']} us per 503, ${s.extra['rawAcceptedUs']} us per upgrade`);
       out.push(s);
     } catch (err) {
       out.push(failedSample('S9', 'refusal cost', 'sluice', 0, (err as Error).message));
@@ -442,12 +443,16 @@ function oneRequest(port: number, local: string): Promise<number> {
  * The gateway's CPU per refused upgrade (WS_UPGRADE_RATE=1: every request
  * after the first 503) and per accepted one (no budget: each a socket,
  * upgraded and welcomed, then dropped by the client), `n` requests each,
- * `concurrency` in flight, from the loopback sources in turn.
+ * `concurrency` in flight, from the loopback sources in turn; and the same
+ * two on raw uWS (its refusal the same 503 written in its upgrade handler,
+ * `UWS_PEER_REFUSE=1`): the floor of this stack, the kernel's accept and
+ * close and uWS's HTTP parsing, which no refusal can go below.
  */
 async function refusalCost(n: number, concurrency: number): Promise<Sample> {
   const spec = TARGETS['sluice'];
-  const perRequest = async (budget: number): Promise<{ us: number; codes: Record<string, number>; wallS: number; cpuS: number }> => {
-    const srv = await ServerProc.start(spec, 60_000, { WS_UPGRADE_RATE: String(budget) });
+  const perRequest = async (budget: number, target = spec, env: Record<string, string> = { WS_UPGRADE_RATE: String(budget) }):
+    Promise<{ us: number; codes: Record<string, number>; wallS: number; cpuS: number }> => {
+    const srv = await ServerProc.start(target, 60_000, env);
     try {
       // A warm-up, then the measured requests.
       for (let i = 0; i < 500; i++) await oneRequest(srv.port, SOURCES[i % SOURCES.length]!);
@@ -473,8 +478,12 @@ async function refusalCost(n: number, concurrency: number): Promise<Sample> {
   };
   const refused = await perRequest(1);
   const accepted = await perRequest(0);
+  const rawRefused = await perRequest(0, TARGETS['uws'], { UWS_PEER_REFUSE: '1' });
+  const rawAccepted = await perRequest(0, TARGETS['uws'], {});
   const r2 = (v: number): number => Math.round(v * 100) / 100;
   const problems: string[] = [];
+  if ((rawRefused.codes['503'] ?? 0) !== n) problems.push(`raw uWS refusing: ${rawRefused.codes['503'] ?? 0}/${n} were 503: ${JSON.stringify(rawRefused.codes)}`);
+  if ((rawAccepted.codes['101'] ?? 0) !== n) problems.push(`raw uWS: ${rawAccepted.codes['101'] ?? 0}/${n} were 101: ${JSON.stringify(rawAccepted.codes)}`);
   // At 1/s with a burst of 1: one at once, then one a second while they run.
   if ((refused.codes['503'] ?? 0) < n - 2 - Math.ceil(refused.wallS)) problems.push(`with WS_UPGRADE_RATE=1 only ${refused.codes['503'] ?? 0}/${n} were 503: ${JSON.stringify(refused.codes)}`);
   if ((accepted.codes['101'] ?? 0) !== n) problems.push(`without a budget ${accepted.codes['101'] ?? 0}/${n} were 101: ${JSON.stringify(accepted.codes)}`);
@@ -484,6 +493,7 @@ async function refusalCost(n: number, concurrency: number): Promise<Sample> {
     bound: 'none', perSec: NaN, perServerCpuS: NaN,
     extra: {
       requests: n, concurrency, refusedUs: r2(refused.us), acceptedUs: r2(accepted.us), ratio: r2(accepted.us / refused.us),
+      rawRefusedUs: r2(rawRefused.us), rawAcceptedUs: r2(rawAccepted.us),
       refusedCodes: JSON.stringify(refused.codes), acceptedCodes: JSON.stringify(accepted.codes),
       refusedPerS: Math.round(n / refused.wallS), acceptedPerS: Math.round(n / accepted.wallS), findings: '',
     },

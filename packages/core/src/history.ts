@@ -30,6 +30,8 @@ export interface HistoryRead {
 
 /** A topic's byte ring starts at this size (and never shrinks below it); it grows as events need. */
 const MIN_BYTES = 256;
+/** The arrays of a log that never had an event; never written. */
+const NONE = Object.freeze([]) as unknown as number[];
 /** The bytes an event's frame of `len` bytes takes in its ring. */
 const span = (len: number): number => (len > 0 ? len : 1);
 
@@ -57,10 +59,13 @@ const span = (len: number): number => (len > 0 ? len : 1);
  * gateway's frames are JSON.stringify's output, which never has one.
  */
 export class TopicLog {
-  ms: number[] = [];
-  seq: number[] = [];
-  off: number[] = [];
-  len: number[] = [];
+  // One empty array shared by every log until its first event (push grows
+  // before it writes): a topic that only ever had positions (a socket's own
+  // topic, a keyed feed) costs no arrays of its own.
+  ms: number[] = NONE;
+  seq: number[] = NONE;
+  off: number[] = NONE;
+  len: number[] = NONE;
   bytes: Buffer | undefined;
   tail = 0;
   /** Bytes of the stored frames (to shrink a buffer that emptied). */

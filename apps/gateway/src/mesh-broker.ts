@@ -13,7 +13,7 @@ import { Batcher, decodePeer, encodeDelivery, encodePeer, forEachMessage, type F
 
 const UNAVAILABLE: PublishResult = Object.freeze({ ok: false, reason: 'unavailable' });
 /** A publish's request options, made once: a publish to another shard's topic builds no options object. */
-const PUBLISH_REQUEST: { readonly fail: RequestFailure<PublishResult> } = Object.freeze({ fail: Object.freeze({ value: UNAVAILABLE }) });
+const PUBLISH_REQUEST: { readonly fail: { readonly value: PublishResult } } = Object.freeze({ fail: Object.freeze({ value: UNAVAILABLE }) });
 
 class PeerLink {
   readonly out: Batcher<PeerMessage>;
@@ -164,8 +164,8 @@ export class MeshBroker implements ShardBroker {
 
   /**
    * `publish` for the hot path: when this shard owns the topic (and no key
-   * needs checking elsewhere), `done` runs before this returns, with no
-   * promise in between.
+   * needs checking elsewhere), `done` runs before this returns; when
+   * another shard does, as its answer arrives; neither with a promise.
    */
   publishThen(tenant: string, req: PublishFields, done: (res: PublishResult) => void): void {
     if (req.idempotencyKey === undefined || req.cls !== EventClass.Durable) {
@@ -174,6 +174,12 @@ export class MeshBroker implements ShardBroker {
         done(this.hub.publish(tenant, req));
         return;
       }
+      // Another shard's topic: `done` runs as its answer is read, with no
+      // promise in between (UNAVAILABLE if that shard is or goes away).
+      const link = this.peers.get(owner);
+      if (link === undefined) done(UNAVAILABLE);
+      else link.requests.call((rid) => link.send({ op: 'pub', rid, tenant, req }), PUBLISH_REQUEST, done);
+      return;
     }
     // publish never rejects (Broker's convention); a bug that made it would still answer.
     this.publish(tenant, req).then(done, (err: unknown) => {

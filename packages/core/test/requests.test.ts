@@ -94,6 +94,37 @@ describe('PendingRequests', () => {
     assert.throws(() => r.request(() => {}, { timeoutMs: 1 }), /needs timers/);
   });
 
+  test('call: done gets the answer at once (no microtask), or the fallback on timeout, close, or a closed channel', () => {
+    const timers = fakeTimers();
+    const r = new PendingRequests<string>(timers);
+    const got: string[] = [];
+    const sent: number[] = [];
+    r.call((rid) => sent.push(rid), { fail: { value: 'gone' } }, (v) => got.push(`a:${v}`));
+    r.call((rid) => sent.push(rid), { fail: { value: 'late' }, timeoutMs: 10 }, (v) => got.push(`b:${v}`));
+    r.call((rid) => sent.push(rid), { fail: { value: 'gone' } }, (v) => got.push(`c:${v}`));
+    assert.deepEqual(sent, [1, 2, 3]);
+    assert.equal(r.answer(1, 'one'), true);
+    assert.deepEqual(got, ['a:one'], 'done ran inside answer()');
+    timers.advance(10);
+    assert.deepEqual(got, ['a:one', 'b:late']);
+    assert.equal(r.answer(2, 'two'), false, 'a late answer is ignored');
+    assert.equal(r.close(), 1);
+    assert.deepEqual(got, ['a:one', 'b:late', 'c:gone']);
+    r.call(() => assert.fail('sent on a closed channel'), { fail: { value: 'closed' } }, (v) => got.push(`d:${v}`));
+    assert.deepEqual(got, ['a:one', 'b:late', 'c:gone', 'd:closed'], 'a closed channel answers before call returns');
+    assert.equal(timers.live, 0);
+    assert.equal(r.size, 0);
+  });
+
+  test('call: a send that throws leaves nothing pending and done is never called', () => {
+    const r = new PendingRequests<string>();
+    let called = 0;
+    assert.throws(() => r.call(() => { throw new Error('port closed'); }, { fail: { value: 'x' } }, () => called++), /port closed/);
+    assert.equal(r.size, 0);
+    assert.equal(r.close(), 0);
+    assert.equal(called, 0);
+  });
+
   test('property: any order of answers, timeouts and a close settles every request exactly once', async () => {
     await fc.assert(fc.asyncProperty(fc.array(fc.oneof(
       fc.record({ op: fc.constant('req' as const), timeout: fc.option(fc.integer({ min: 1, max: 5 }), { nil: undefined }) }),

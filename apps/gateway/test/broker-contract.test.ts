@@ -8,7 +8,7 @@ import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { MessageChannel } from 'node:worker_threads';
 import { Redis } from 'ioredis';
-import { type Broker, type Config, type Delivery, loadConfig, ownerOf, type PublishFields, topicKey, topicRedisKeys } from '@sluice/core';
+import { type Broker, type Config, type Delivery, loadConfig, ownerOf, type PublishFields, type PublishResult, topicKey, topicRedisKeys } from '@sluice/core';
 import { compareEventIdStrings, EventClass } from '@sluice/protocol';
 import { createLogger } from '@sluice/telemetry';
 import { MeshBroker } from '../src/mesh-broker.ts';
@@ -369,5 +369,37 @@ describe('embedded broker when the owner shard is gone', () => {
     await assert.rejects(a.broker.history(topicKey('default', lost), '0-0'));
     const ok = await a.broker.publish('default', durable(kept, 1));
     assert.equal(ok.ok, true);
+  });
+});
+
+describe('embedded broker: publishThen to another shard\'s topic (the hot path, no promise)', () => {
+  test('done gets the owner\'s id after the event reached this shard; unavailable when the owner goes away with the publish in flight, and at once after', async () => {
+    const [a, b] = pair();
+    const mesh = a.broker as MeshBroker;
+    const topic = ownedBy(1, 'then');
+    await a.broker.subscribe(topicKey('default', topic));
+    const answers: { res: PublishResult; eventsBefore: number }[] = [];
+    await new Promise<void>((resolve) => {
+      mesh.publishThen('default', durable(topic, 1), (res) => { answers.push({ res, eventsBefore: a.got.length }); resolve(); });
+      assert.equal(answers.length, 0, 'another shard\'s topic answers later, not inline');
+      (a.broker as MeshBroker).flush();
+    });
+    const first = answers[0]!;
+    assert.equal(first.res.ok, true);
+    assert.equal(first.eventsBefore, 1, 'the event arrived before its ack');
+    assert.equal(a.got[0]!.id, first.res.ok ? first.res.id : undefined);
+    assert.deepEqual(b.got, [], 'shard 1 has no subscriber');
+
+    // In flight when the owner goes away: answered unavailable, once.
+    let late: PublishResult | undefined;
+    let calls = 0;
+    mesh.publishThen('default', durable(topic, 2), (res) => { late = res; calls++; });
+    (b.broker as MeshBroker).close();
+    await settle();
+    assert.deepEqual(late, { ok: false, reason: 'unavailable' });
+    assert.equal(calls, 1);
+    let after: PublishResult | undefined;
+    mesh.publishThen('default', durable(topic, 3), (res) => { after = res; });
+    assert.deepEqual(after, { ok: false, reason: 'unavailable' }, 'with the owner gone, done runs before publishThen returns');
   });
 });

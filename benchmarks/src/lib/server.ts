@@ -13,12 +13,12 @@ import { loadUws } from '@sluice/uws';
 /** The uWS build of this runtime (20.30 on Node 20, 20.57 on 22 and 24): the raw-uWS peer's and the gateway's. */
 const UWS_VERSION = loadUws().build.uws;
 
-export type TargetName = 'sluice' | 'sluice-w1' | 'sluice-traced' | 'sluice-base' | 'uws' | 'ws' | 'sio';
+export type TargetName = 'sluice' | 'sluice-w1' | 'sluice-traced' | 'sluice-base' | 'sluice-base-w1' | 'uws' | 'ws' | 'sio';
 export const ALL_TARGETS: readonly TargetName[] = ['sluice', 'sluice-w1', 'uws', 'ws', 'sio'];
 /** Targets only run when named with --targets (not part of `all`). */
-export const KNOWN_TARGETS: readonly TargetName[] = [...ALL_TARGETS, 'sluice-traced', 'sluice-base'];
+export const KNOWN_TARGETS: readonly TargetName[] = [...ALL_TARGETS, 'sluice-traced', 'sluice-base', 'sluice-base-w1'];
 /**
- * `sluice-base`: the gateway of another checkout (a `git worktree` of the
+ * `sluice-base` (and `sluice-base-w1`, one worker): the gateway of another checkout (a `git worktree` of the
  * commit before a change, installed), for before/after runs of one change
  * in one run, the two targets interleaved.
  */
@@ -65,6 +65,8 @@ export const TARGETS: Readonly<Record<TargetName, TargetSpec>> = {
     describe: 'Sluice gateway, WS_WORKERS=2, tracing on: WS_TRACING_MODULE with an SDK that samples and records every span and drops it' },
   'sluice-base': { name: 'sluice-base', proto: 'sluice', threads: 2,
     describe: `Sluice gateway of the checkout at SLUICE_BENCH_BASE (${BASE_CHECKOUT ?? 'unset'}), WS_WORKERS=2: the build before a change` },
+  'sluice-base-w1': { name: 'sluice-base-w1', proto: 'sluice', threads: 1,
+    describe: `Sluice gateway of the checkout at SLUICE_BENCH_BASE (${BASE_CHECKOUT ?? 'unset'}), WS_WORKERS=1: the build before a change` },
   uws: { name: 'uws', proto: 'sluice', threads: 1, describe: `raw uWebSockets.js ${UWS_VERSION} (native binary, the build the gateway loads on Node ${process.versions.node}), one thread, uWS topics` },
   ws: { name: 'ws', proto: 'sluice', threads: 1, describe: 'ws 8.23 (with bufferutil), one thread, Map<topic, Set<socket>> loop' },
   sio: { name: 'sio', proto: 'sio', threads: 1, describe: 'Socket.IO 4.8, one thread, websocket transport only, rooms + acks' },
@@ -95,11 +97,11 @@ export class ServerProc {
   static async start(spec: TargetSpec, timeoutMs = 60_000, extraEnv: Record<string, string> = {}): Promise<ServerProc> {
     const built = !runsFromSource();
     const opts = { raiseFileLimit: true, timeoutMs, built } as const;
-    if (spec.name === 'sluice-base') {
-      if (BASE_CHECKOUT === undefined) throw new Error('target sluice-base needs SLUICE_BENCH_BASE: the root of an installed checkout of the base commit');
+    if (spec.name === 'sluice-base' || spec.name === 'sluice-base-w1') {
+      if (BASE_CHECKOUT === undefined) throw new Error(`target ${spec.name} needs SLUICE_BENCH_BASE: the root of an installed checkout of the base commit`);
       // Measured the way `sluice` is: its build (checked as ours is), or its sources.
       const stale = built ? staleBuild(BASE_CHECKOUT) : undefined;
-      if (stale !== undefined) throw new Error(`sluice-base: ${stale}`);
+      if (stale !== undefined) throw new Error(`${spec.name}: ${stale}`);
       // An older gateway may predate the IPC ready message: its log line is the readiness there.
       const gw = await startGateway({ ...gatewayEnv(spec.threads), ...extraEnv },
         { ...opts, command: [process.execPath, ...(built ? ['dist/main.js'] : ['--import', 'tsx', 'src/main.ts'])],

@@ -65,7 +65,7 @@ export function mergeRuns(first: RunRecord, later: ReadonlyArray<{ file: string;
 }
 
 const PEER_LABEL: Record<TargetName, string> = { sluice: 'Sluice (2 workers)', 'sluice-w1': 'Sluice (1 worker)',
-  'sluice-traced': 'Sluice (2 workers, tracing on)', 'sluice-base': 'Sluice before the change (2 workers)', uws: 'raw uWS', ws: 'ws', sio: 'Socket.IO' };
+  'sluice-traced': 'Sluice (2 workers, tracing on)', 'sluice-base': 'Sluice before the change (2 workers)', 'sluice-base-w1': 'Sluice before the change (1 worker)', uws: 'raw uWS', ws: 'ws', sio: 'Socket.IO' };
 
 function fmtRatio(r: number): string {
   return Number.isFinite(r) ? `${r.toFixed(2)}x` : 'n/a';

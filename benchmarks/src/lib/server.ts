@@ -110,7 +110,7 @@ export class ServerProc {
     }
     const gw = spec.name.startsWith('sluice')
       ? await startGateway({ ...gatewayEnv(spec.threads), ...(spec.name === 'sluice-traced' ? { WS_TRACING_MODULE: BENCH_TRACING_MODULE } : {}), ...extraEnv }, opts)
-      : await startGateway({}, { ...opts, command: [process.execPath, '--import', 'tsx', PEER_MAIN, spec.name], cwd: REPO_ROOT, defaults: PLAIN_ENV });
+      : await startGateway({ ...extraEnv }, { ...opts, command: [process.execPath, '--import', 'tsx', PEER_MAIN, spec.name], cwd: REPO_ROOT, defaults: PLAIN_ENV });
     return new ServerProc(spec, gw);
   }
 

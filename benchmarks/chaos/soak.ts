@@ -1020,8 +1020,15 @@ export async function runSoak(cfg: SoakConfig, log: (s: string) => void): Promis
   /** While the load runs (the sampler and the churn stop when it goes false, also when the run fails). */
   let loading = false;
   const tl = (): number => now() - loadAt;
+  // The nodes run the sources (tsx), and B is started again every period:
+  // a commit during the run reaches B's later lives, so the stamp says so.
+  const commitAtStart = commit();
+  const stamp = (): string => {
+    const end = commit();
+    return end === commitAtStart ? end : `${commitAtStart} (the sources changed during the run, ${end} at the end: B's later lives ran them)`;
+  };
   const base = (): Omit<SoakResult, 'slopes'> => ({
-    startedAt, commit: commit(), machine, cfg, fleetClients: fleetCount, slowReaders: slowCount, connected, loadAt,
+    startedAt, commit: stamp(), machine, cfg, fleetClients: fleetCount, slowReaders: slowCount, connected, loadAt,
     loadMs: Number.isFinite(loadEnd) ? loadEnd - loadAt : Number.isFinite(loadAt) ? now() - loadAt : 0, wallS: now() / 1000,
     samples, drains, churn, ...(slowStatus === undefined ? {} : { slow: slowStatus }),
     acked: 0, ackedInHistory: 0, history: { acked: 0, lost: 0, storedTwice: 0, sharedIds: 0, examples: [] },

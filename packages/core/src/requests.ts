@@ -141,10 +141,18 @@ export class PendingRequests<A = unknown> {
     const all = [...this.pending.values()];
     this.pending.clear();
     const err = new RequestFailed('closed', reason);
+    // A `call`'s callback runs here: one that throws must not leave the
+    // others unanswered (they are out of `pending` already).
+    let thrown: unknown;
     for (const p of all) {
       if (p.timer !== undefined) this.timers!.clear(p.timer);
-      failWith(p, err);
+      try {
+        failWith(p, err);
+      } catch (e) {
+        thrown ??= e;
+      }
     }
+    if (thrown !== undefined) throw thrown;
     return all.length;
   }
 

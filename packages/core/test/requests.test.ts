@@ -116,6 +116,17 @@ describe('PendingRequests', () => {
     assert.equal(r.size, 0);
   });
 
+  test('close: a callback that throws does not leave the others unanswered; its error comes out after', () => {
+    const r = new PendingRequests<string>();
+    const got: string[] = [];
+    r.call(() => undefined, { fail: { value: 'a' } }, (v) => got.push(v));
+    r.call(() => undefined, { fail: { value: 'b' } }, () => { throw new Error('bad callback'); });
+    r.call(() => undefined, { fail: { value: 'c' } }, (v) => got.push(v));
+    assert.throws(() => r.close(), /bad callback/);
+    assert.deepEqual(got, ['a', 'c']);
+    assert.equal(r.size, 0);
+  });
+
   test('call: a send that throws leaves nothing pending and done is never called', () => {
     const r = new PendingRequests<string>();
     let called = 0;

@@ -66,23 +66,8 @@ export class PendingRequests<A = unknown> {
     const fail = opts.fail as RequestFailure<unknown> | undefined;
     if (this.closed) return settleFailed(fail, new RequestFailed('closed', 'the channel is closed')) as Promise<T>;
     if (opts.timeoutMs !== undefined && this.timers === undefined) throw new Error('PendingRequests: a timeout needs timers');
-    const rid = ++this.rid;
     return new Promise<T>((resolve, reject) => {
-      const p: Pending = { resolve: resolve as (v: unknown) => void, reject, fail, timer: undefined };
-      this.pending.set(rid, p);
-      if (opts.timeoutMs !== undefined) {
-        p.timer = this.timers!.set(() => {
-          if (this.pending.get(rid) !== p) return;
-          this.pending.delete(rid);
-          failWith(p, new RequestFailed('timeout', `no answer in ${opts.timeoutMs} ms`));
-        }, opts.timeoutMs);
-      }
-      try {
-        send(rid);
-      } catch (err) {
-        this.forget(rid);
-        throw err;
-      }
+      this.start({ resolve: resolve as (v: unknown) => void, reject, fail, timer: undefined }, send, opts.timeoutMs);
     });
   }
 
@@ -98,15 +83,19 @@ export class PendingRequests<A = unknown> {
       return;
     }
     if (opts.timeoutMs !== undefined && this.timers === undefined) throw new Error('PendingRequests: a timeout needs timers');
+    this.start({ resolve: done as (v: unknown) => void, reject: FAIL_HAS_VALUE, fail: opts.fail, timer: undefined }, send, opts.timeoutMs);
+  }
+
+  /** Registers `p` under a new id, arms its timeout, and sends it (forgotten again if `send` throws). */
+  private start(p: Pending, send: (rid: number) => void, timeoutMs: number | undefined): void {
     const rid = ++this.rid;
-    const p: Pending = { resolve: done as (v: unknown) => void, reject: FAIL_HAS_VALUE, fail: opts.fail, timer: undefined };
     this.pending.set(rid, p);
-    if (opts.timeoutMs !== undefined) {
+    if (timeoutMs !== undefined) {
       p.timer = this.timers!.set(() => {
         if (this.pending.get(rid) !== p) return;
         this.pending.delete(rid);
-        failWith(p, new RequestFailed('timeout', `no answer in ${opts.timeoutMs} ms`));
-      }, opts.timeoutMs);
+        failWith(p, new RequestFailed('timeout', `no answer in ${timeoutMs} ms`));
+      }, timeoutMs);
     }
     try {
       send(rid);

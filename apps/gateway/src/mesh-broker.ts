@@ -68,7 +68,8 @@ export class MeshBroker implements ShardBroker {
     config: Config,
     private readonly log: Logger,
   ) {
-    this.hub = new TopicOwner(config);
+    // In cluster mode Redis positions the topics (RedisBroker's marks), not the mesh's memory history.
+    this.hub = new TopicOwner({ ...config, positionRefreshMs: config.redisUrl === undefined ? config.positionRefreshMs : 0 });
     const hub = this.hub;
     const counted = (): number => this.duplicates;
     this.stats = {
@@ -82,6 +83,9 @@ export class MeshBroker implements ShardBroker {
       redisCommands: 0,
       redisErrors: 0,
       replicaAckFailures: 0,
+      get positionMarks() {
+        return hub.marks;
+      },
     };
     this.idempotency = new MemoryIdempotency(config.idempotencyTtlMs);
     // The local link: what the hub sends to this shard is handled at once.
@@ -190,7 +194,7 @@ export class MeshBroker implements ShardBroker {
 
   /** Trims expired history and idempotency records. */
   sweep(now: number): void {
-    this.hub.sweep();
+    this.hub.sweep(now);
     this.idempotency.sweep(now);
   }
 

@@ -2,11 +2,12 @@ import type { MessagePort } from 'node:worker_threads';
 import {
   BrokerUnavailable, type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, ReplaySplice, SpliceEmit, topicKey,
 } from '@sluice/core';
-import { encodeEventFrame, EventClass, eventIdMs, parseEventId } from '@sluice/protocol';
+import { encodeEventFrame, EventClass, eventIdMs, parseEventId, POSITION_TAIL, positionFrameHead } from '@sluice/protocol';
 import {
   type BusMessage, COMMAND_TIMEOUT_MS, createRedisClient, type DurableWriter, nodeOptions, RedisBus, type RedisClient, RedisHealth, redisTarget,
-  ReplicaAckFailed, ReplicaAcks, ShardedSubscriptions,
+  MARK_CLASS, ReplicaAckFailed, ReplicaAcks, ShardedSubscriptions,
 } from '@sluice/redis';
+import { clientTopic } from './presence-hub.ts';
 import type { Logger } from '@sluice/telemetry';
 import type { MeshBroker } from './mesh-broker.ts';
 import type { BrokerStats, ShardBroker } from './shard-broker.ts';
@@ -20,6 +21,8 @@ export type RedisTiming = (op: number, seconds: number) => void;
 const UNAVAILABLE: PublishResult = Object.freeze({ ok: false, reason: 'unavailable' });
 /** The id placeholder split out of an encoded frame: the script puts the stream id there. */
 const ID_MARK = '\x00';
+/** Topics looked at per sweep (each second) for a due position mark. */
+const MARK_BUDGET = 1000;
 
 /**
  * The broker of a shard in cluster mode (REDIS_URL set). Events, history and
@@ -58,7 +61,13 @@ export class RedisBroker implements ShardBroker {
   private readonly callbackFailed = (err: unknown): void => this.log.error({ err }, 'handling a redis reply failed');
   /** Topics whose catch-up read waits for the command connection (the subscriber connection came back first). */
   private readonly awaitingCmd = new Set<string>();
-  private readonly counts = { durable: 0, keyed: 0, ephemeral: 0, duplicates: 0, errors: 0 };
+  private readonly counts = { durable: 0, keyed: 0, ephemeral: 0, duplicates: 0, errors: 0, marks: 0 };
+  /** WS_POSITION_REFRESH_MS, less this shard's random slack (see markQuiet). */
+  private readonly markAfterMs: number;
+  /** Topics whose mark this shard asked Redis for, and when: not asked again before it arrives (or WS_POSITION_REFRESH_MS). */
+  private readonly marking = new Map<string, number>();
+  /** Where the marking pass is in `splices`. */
+  private markCursor: Iterator<[string, ReplaySplice<Delivery>]> | undefined;
   readonly stats: BrokerStats;
   /** Whether the command connection is up: this shard's one notion of "Redis is down", shared with its limits. */
   readonly health: RedisHealth;
@@ -70,6 +79,11 @@ export class RedisBroker implements ShardBroker {
     private readonly log: Logger,
     private readonly timing: RedisTiming = () => {},
   ) {
+    // Every shard of every node subscribed to a quiet topic comes to ask for
+    // its mark; the first mark reaches them all and resets their clocks. A
+    // slack of up to a tenth (at most a minute) spreads the shards out, so
+    // that mostly one asks.
+    this.markAfterMs = cfg.positionRefreshMs - Math.floor(Math.random() * Math.min(cfg.positionRefreshMs / 10, 60_000));
     const target = redisTarget(cfg);
     this.cmd = createRedisClient(target, 'command', `shard${shard}`);
     this.sub = cfg.redisCluster
@@ -108,6 +122,9 @@ export class RedisBroker implements ShardBroker {
       },
       get replicaAckFailures() {
         return durable?.acks.failures ?? 0;
+      },
+      get positionMarks() {
+        return own.marks;
       },
     };
     this.bus.onMessage((m) => this.fromBus(m));
@@ -252,6 +269,7 @@ export class RedisBroker implements ShardBroker {
     this.bus.unsubscribe(topic);
     this.splices.delete(topic);
     this.awaitingCmd.delete(topic);
+    this.marking.delete(topic);
   }
 
   async history(topic: string, since: string | undefined, limit?: number): Promise<HistoryRead> {
@@ -277,6 +295,39 @@ export class RedisBroker implements ShardBroker {
 
   sweep(now: number): void {
     this.mesh.sweep(now);
+    if (this.cfg.positionRefreshMs > 0 && this.up) this.markQuiet(now);
+  }
+
+  /**
+   * WS_POSITION_REFRESH_MS: asks Redis for a mark (RedisBus.mark) for each
+   * subscribed topic whose last durable id or mark is older than that (ids
+   * are Redis's clock: the node's is taken to be close to it). The mark
+   * comes back on the topic's channel, after every event at or below it,
+   * to every subscribed shard of every node. A pass over the topics takes
+   * MARK_BUDGET a sweep; a topic whose catch-up is under way waits.
+   */
+  private markQuiet(now: number): void {
+    const due = now - this.markAfterMs;
+    for (let n = 0; n < MARK_BUDGET; n++) {
+      this.markCursor ??= this.splices.entries();
+      const step = this.markCursor.next();
+      if (step.done === true) {
+        this.markCursor = undefined;
+        return;
+      }
+      const [topic, splice] = step.value;
+      if (splice.holding || eventIdMs(splice.lastId) >= due) continue;
+      const asked = this.marking.get(topic);
+      if (asked !== undefined && asked > now - this.cfg.positionRefreshMs) continue;
+      this.marking.set(topic, now);
+      this.counts.marks++;
+      this.bus.mark(topic, positionFrameHead(clientTopic(topic)), POSITION_TAIL).catch((err: unknown) => {
+        // Asked again on a later pass.
+        this.counts.errors++;
+        this.marking.delete(topic);
+        if (this.log.isLevelEnabled('debug')) this.log.debug({ err, topic }, 'position mark failed');
+      });
+    }
   }
 
   flush(): void {
@@ -300,7 +351,16 @@ export class RedisBroker implements ShardBroker {
     if (splice === undefined || !this.bus.topics.has(m.topic)) return;
     // The id is parsed once: for the lag's time part and for the splice.
     const id = m.id === undefined ? undefined : parseEventId(m.id);
-    const ev: Delivery = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: id === undefined ? 0 : id.ms };
+    let ev: Delivery;
+    if (m.cls === MARK_CLASS) {
+      // A position mark: spliced by its id like a durable event (so it moves
+      // the topic's last id on), handed on as ephemeral (a congested
+      // socket's mailbox may drop it), with no delivery lag.
+      this.marking.delete(m.topic);
+      ev = { topic: m.topic, frame: m.frame, id: m.id, cls: EventClass.Ephemeral, key: undefined, at: 0 };
+    } else {
+      ev = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: id === undefined ? 0 : id.ms };
+    }
     // Held while a catch-up read is out; dropped when not newer than the last delivered on its topic.
     if ((splice.live(ev, id) & SpliceEmit) !== 0) this.deliver(ev);
   }

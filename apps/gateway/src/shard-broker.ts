@@ -23,4 +23,6 @@ export interface BrokerStats {
   readonly redisErrors: number;
   /** Durable publishes stored but not confirmed by WS_REDIS_ACK_REPLICAS replicas in time (answered `unavailable`). */
   readonly replicaAckFailures: number;
+  /** Position marks (WS_POSITION_REFRESH_MS): sent by the topics this thread owns (embedded), asked of Redis by this thread (cluster). */
+  readonly positionMarks: number;
 }

@@ -1,7 +1,11 @@
 import {
   type Delivery, type HistoryRead, MemoryHistory, type PublishFields, type PublishResult, topicKey,
 } from '@sluice/core';
-import { encodeEventFrame, EventClass, parseEventId } from '@sluice/protocol';
+import { encodeEventFrame, EventClass, parseEventId, POSITION_TAIL, positionFrameHead } from '@sluice/protocol';
+import { clientTopic } from './presence-hub.ts';
+
+/** Topics looked at per sweep (each second) for a due position mark. */
+const MARK_BUDGET = 1000;
 
 /** Where the hub sends the events of a shard's subscriptions. */
 export interface HubLink {
@@ -29,11 +33,19 @@ export class TopicOwner {
   /** WS_WEBHOOK_URL: the node's first subscribing shard of a topic came (true), or its last went (false). */
   onOccupancy: ((topic: string, occupied: boolean) => void) | null = null;
 
+  /** WS_POSITION_REFRESH_MS (0: no marks, as in cluster mode, where Redis positions the topics). */
+  private readonly refreshMs: number;
+  /** Where the marking pass is in `subscribers` (a Map's iterator sees deletions and additions). */
+  private markCursor: Iterator<[string, Set<number>]> | undefined;
+  /** Position marks sent (one per topic, to every subscribed shard). */
+  marks = 0;
+
   constructor(
-    opts: { historySize: number; historyTtlMs: number },
+    opts: { historySize: number; historyTtlMs: number; positionRefreshMs: number },
     private readonly now: () => number = Date.now,
   ) {
     this.log = new MemoryHistory(opts.historySize, opts.historyTtlMs, undefined, now());
+    this.refreshMs = opts.positionRefreshMs;
   }
 
   attach(shard: number, link: HubLink): void {
@@ -102,9 +114,39 @@ export class TopicOwner {
     return this.log.read(topic, s, this.now(), limit);
   }
 
-  /** Trims expired history a little at a time. */
-  sweep(): void {
-    this.log.sweep(this.now(), 1000);
+  /** Trims expired history a little at a time, and sends the position marks that are due. */
+  sweep(now: number = this.now()): void {
+    this.log.sweep(now, 1000);
+    if (this.refreshMs > 0) this.markQuiet(now);
+  }
+
+  /**
+   * WS_POSITION_REFRESH_MS: a subscribed topic whose newest id (event or
+   * mark) is older than that gets a mark, a `position` frame at now, sent
+   * to its subscribed shards down the path its events take, so after every
+   * event at or below it. It carries the position as its id: the shards'
+   * splices and join positions take it as a durable id, and a congested
+   * socket's mailbox may drop it as ephemeral (the client keeps its older
+   * position). A pass over the topics takes MARK_BUDGET a sweep.
+   */
+  private markQuiet(now: number): void {
+    const due = now - this.refreshMs;
+    for (let n = 0; n < MARK_BUDGET; n++) {
+      this.markCursor ??= this.subscribers.entries();
+      const step = this.markCursor.next();
+      if (step.done === true) {
+        this.markCursor = undefined;
+        return;
+      }
+      const [topic, shards] = step.value;
+      if (this.log.lastAt(topic) >= due) continue;
+      const position = this.log.mark(topic, now);
+      const ev: Delivery = {
+        topic, frame: positionFrameHead(clientTopic(topic)) + position + POSITION_TAIL, id: position, cls: EventClass.Ephemeral, key: undefined, at: 0,
+      };
+      this.marks++;
+      for (const shard of shards) this.links.get(shard)?.deliver(ev);
+    }
   }
 
   get topicCount(): number {

@@ -13,6 +13,8 @@ import { compareEventIdStrings, EventClass } from '@sluice/protocol';
 import { createLogger } from '@sluice/telemetry';
 import { MeshBroker } from '../src/mesh-broker.ts';
 import { RedisBroker } from '../src/redis-broker.ts';
+import { eventually } from '../src/testing/index.ts';
+import type { ShardBroker } from '../src/shard-broker.ts';
 import { type RedisCluster, type RedisServer, startRedis, startRedisCluster } from '@sluice/redis/testing';
 
 const { config } = loadConfig({ WS_HISTORY_SIZE: '5', LOG_LEVEL: 'silent' }, { availableParallelism: 2 });
@@ -119,6 +121,8 @@ for (const impl of impls) {
       for (const n of [a, b]) {
         assert.equal(n.got.length, 1);
         assert.equal(n.got[0]!.id, res.ok ? res.id : '');
+        // Through Redis the class crossed as a number (it once crossed as 1, keyed: the lag metric's class label was wrong).
+        assert.equal(n.got[0]!.cls, EventClass.Durable);
         assert.deepEqual(JSON.parse(n.got[0]!.frame), { type: 'event', topic, id: res.ok ? res.id : '', data: { n: 1 } });
       }
       const h = await b.broker.history(key, '0-0');
@@ -250,6 +254,44 @@ for (const impl of impls) {
       assert.deepEqual([old.events.map((e) => e.id), old.recovered], [[first.ok ? first.id : ''], false]);
       // 30 min ago: within ttl + tombstone; the embedded history started just now and vouches for nothing before.
       assert.equal((await c.broker.history(fresh, `${Date.now() - 1_800_000}-0`)).recovered, !impl.startedNow);
+    });
+
+    test('a quiet topic gets a position mark after WS_POSITION_REFRESH_MS, on every node, above its events; a since of it recovers; none with 0', async () => {
+      const [a, b] = await impl.pair({ WS_POSITION_REFRESH_MS: '1000' });
+      const topic = ownedBy(owner, 'quiet');
+      const key = topicKey('default', topic);
+      await Promise.all([a.broker.subscribe(key), b.broker.subscribe(key)]);
+      const r = await a.broker.publish('default', durable(topic, 1));
+      assert.ok(r.ok && r.id !== undefined);
+      await settle();
+      const sweep = (nodes: Node[], now: number): void => {
+        for (const n of nodes) (n.broker as ShardBroker).sweep(now);
+      };
+      const marks = (n: Node): Delivery[] => n.got.filter((d) => d.frame.startsWith('{"type":"position"'));
+      sweep([a, b], Date.now());
+      await settle();
+      assert.deepEqual([marks(a).length, marks(b).length], [0, 0], 'none for a topic whose newest event is younger than the interval');
+      // The brokers are handed a clock past the interval (the shard's sweep hands them Date.now() each second).
+      sweep([a, b], Date.now() + 5000);
+      await eventually(() => marks(a).length > 0 && marks(b).length > 0);
+      const m = marks(a)[0]!;
+      assert.equal(marks(b)[0]!.id, m.id, 'one mark reaches both nodes');
+      assert.equal(m.frame, `{"type":"position","topic":"${topic}","position":"${m.id}"}`);
+      assert.deepEqual([m.cls, m.key, m.at], [EventClass.Ephemeral, undefined, 0], 'dropped by a congested mailbox, with no delivery lag');
+      assert.ok((compareEventIdStrings(m.id!, r.id) ?? 0) > 0, `the mark ${m.id} is above the event ${r.id}`);
+      assert.ok(a.got.findIndex((d) => d.id === r.id) < a.got.indexOf(m), 'and comes after it');
+      assert.deepEqual(await b.broker.history(key, m.id), { events: [], recovered: true });
+      const e2 = await b.broker.publish('default', durable(topic, 2));
+      assert.ok(e2.ok && (compareEventIdStrings(e2.id!, m.id!) ?? 0) > 0, 'an event after a mark is above it');
+      const read = await a.broker.history(key, m.id);
+      assert.deepEqual([read.events.map((e) => e.id), read.recovered], [[e2.id], true]);
+
+      const [c] = await impl.pair({ WS_POSITION_REFRESH_MS: '0' });
+      const off = ownedBy(owner, 'unmarked');
+      await c.broker.subscribe(topicKey('default', off));
+      sweep([c], Date.now() + 7_200_000);
+      await settle();
+      assert.deepEqual(marks(c), [], 'WS_POSITION_REFRESH_MS=0 sends none');
     });
 
     test('history after since is bounded: recovered false once trimmed, true from the last id on', async () => {

@@ -229,6 +229,9 @@ export class SluiceClient extends Emitter<ClientEvents> {
       case 'unsubscribed':
         this.subs.removed(f.topic, f.reason);
         return;
+      case 'position':
+        this.subs.position(f);
+        return;
       case 'error':
         // An answer without ref: nothing of ours to settle, but a hint to obey.
         if (f.reason === 'rate_limited' && f.retryAfterMs !== undefined) this.pacer.pauseUntil(now + f.retryAfterMs);

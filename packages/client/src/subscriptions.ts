@@ -7,7 +7,7 @@
  * topic's presence (presence.ts) and tells it to the topic's subscriptions,
  * then to the client.
  */
-import { compareEventIdStrings, type EventFrame, parseEventId, type PresenceData, type PresenceDiffFrame, type PresenceStateFrame,
+import { compareEventIdStrings, type EventFrame, parseEventId, type PositionFrame, type PresenceData, type PresenceDiffFrame, type PresenceStateFrame,
   TOPIC_PATTERN, USER_TOPIC } from '@sluice/protocol';
 import { callSafely, Emitter } from './emitter.ts';
 import { errorCode, SluiceError } from './errors.ts';
@@ -190,6 +190,21 @@ export class Subscriptions {
       ...(f.traceparent === undefined ? {} : { traceparent: f.traceparent }),
     };
     for (const sub of [...t.subs]) callSafely(sub.handler, ev);
+  }
+
+  /**
+   * A fresh resume position for a quiet topic (`position`, sent when no
+   * durable event came for a while): every durable event at or below it
+   * was sent before, so it is where a rejoin starts when it is newer than
+   * the last event's id. Without it, a subscriber of a feed of keyed events
+   * only would rejoin from its join's position, which the server vouches
+   * for only a limited time.
+   */
+  position(f: PositionFrame): void {
+    const t = this.topics.get(f.topic);
+    if (t === undefined || t.status !== 'joined') return;
+    if (t.lastId !== undefined && (compareEventIdStrings(f.position, t.lastId) ?? -1) <= 0) return;
+    t.lastId = f.position;
   }
 
   joined(p: JoinRequest, data: unknown): void {

@@ -70,6 +70,73 @@ describe('resume from the join position, embedded gateway', () => {
   });
 });
 
+/**
+ * A subscriber of a keyed-only feed (WS_POSITION_REFRESH_MS=1000): the
+ * `position` frames of the quiet topic move its resume point on from the
+ * join's; cut off, it rejoins from the newest one it got, and the durable
+ * event published meanwhile arrives once, recovered. (Past
+ * WS_HISTORY_TTL_MS + max(WS_HISTORY_TTL_MS, 1 h) after the join, only a
+ * mark still recovers with Redis: soak in benchmarks/chaos.)
+ */
+async function resumeFromMark(sub: Gateway, pub: Gateway, topic: string): Promise<void> {
+  const c = sdk({ url: sub.url() });
+  const got: SluiceEvent[] = [];
+  const s = c.client.subscribe(topic, (e) => got.push(e));
+  c.client.connect();
+  await s.ready;
+  const joinRef = c.tap.sent.find((w) => w.frame.type === 'join')!.frame.ref;
+  const position = (c.tap.received.find((w) => w.frame.type === 'reply' && w.frame.ref === joinRef)!.frame as { data: { position: string } }).data.position;
+  const marks = (): string[] => c.tap.received.flatMap((w) => (w.frame.type === 'position' && w.frame.topic === topic ? [String(w.frame.position)] : []));
+  await eventually(() => marks().length >= 2, 10_000);
+  assert.notEqual(s.lastId, position, 'the join position was replaced');
+  assert.equal(s.lastId, marks().at(-1), 'by the newest mark');
+
+  const connectionId = ofType(c.log, 'connected')[0]!.ev.connectionId;
+  let away: { lastId: string | undefined; id?: string } | undefined;
+  c.client.on('disconnected', () => {
+    away = { lastId: s.lastId };
+    void pub.adminPost('/v1/publish', { topic, data: { while: 'away' } }).then(async (res) => {
+      assert.equal(res.status, 200);
+      away!.id = ((await res.json()) as { id: string }).id;
+    });
+  });
+  assert.equal((await sub.adminPost('/v1/disconnect', { connectionId, reconnect: true })).status, 202);
+  await eventually(() => ofType(c.log, 'connected').length === 2, 10_000);
+  await eventually(() => got.length === 1, 5000);
+  assert.ok(away?.lastId !== undefined && marks().includes(away.lastId), 'the resume point at the cut was a mark');
+  assert.deepEqual(got.map((e) => [e.id, e.data]), [[away.id, { while: 'away' }]]);
+  const joins = c.tap.sent.filter((w) => w.frame.type === 'join').map((w) => w.frame.since);
+  assert.deepEqual(joins, [undefined, away.lastId], 'the rejoin resumed from the mark');
+  assert.deepEqual(ofType(c.log, 'recovered').map((r) => r.ev), [{ topic, recovered: true, since: away.lastId }]);
+  assert.deepEqual(ofType(c.log, 'error'), []);
+  await c.client.close();
+}
+
+describe('resume from a position mark of a quiet topic', () => {
+  let redis: RedisServer;
+  let gw: Gateway;
+  let a: Gateway;
+  let b: Gateway;
+  const MARKS = { ...AWAY, WS_POSITION_REFRESH_MS: '1000' };
+  before(async () => {
+    redis = await startRedis();
+    [gw, a, b] = await Promise.all([startGateway(MARKS), startGateway({ REDIS_URL: redis.url, ...MARKS }), startGateway({ REDIS_URL: redis.url, ...MARKS })]);
+    for (const g of [a, b]) await eventually(async () => (await fetch(g.admin('/health/ready'))).status === 200);
+  });
+  after(async () => {
+    for (const g of [gw, a, b]) assert.equal(await g.stop(), 0, g.stderr());
+    await redis.stop();
+  });
+
+  test('embedded gateway', async () => {
+    await resumeFromMark(gw, gw, 'marks:embedded');
+  });
+
+  test('two nodes on one Redis, the event published through the other', async () => {
+    await resumeFromMark(a, b, 'marks:cluster');
+  });
+});
+
 describe('resume from the join position, two nodes on one Redis', () => {
   let redis: RedisServer;
   let a: Gateway;

@@ -37,6 +37,7 @@ export interface Config {
   readonly drainMaxMs: number;
   readonly historySize: number;
   readonly historyTtlMs: number;
+  readonly positionRefreshMs: number;
   readonly idempotencyTtlMs: number;
   readonly tenantMsgLimit: number;
   readonly tenantWindowMs: number;
@@ -187,6 +188,20 @@ function int(min: number, max: number, unit?: string): ValueType<number> {
       if (!/^[0-9]+$/.test(raw)) return { ok: false, accepts };
       const n = Number(raw);
       return n >= min && n <= max ? { ok: true, value: n } : { ok: false, accepts };
+    },
+  };
+}
+
+/** 0 (off), or an integer from min to max. */
+function zeroOrInt(min: number, max: number, unit?: string): ValueType<number> {
+  const range = int(min, max);
+  const accepts = `0, or an integer from ${min} to ${max}${unit === undefined ? '' : ` (${unit})`}`;
+  return {
+    accepts,
+    parse(raw) {
+      if (raw === '0') return { ok: true, value: 0 };
+      const r = range.parse(raw);
+      return r.ok ? r : { ok: false, accepts };
     },
   };
 }
@@ -466,6 +481,13 @@ const schema = [
     name: 'WS_HISTORY_TTL_MS', key: 'historyTtlMs', section: 'History and idempotency',
     type: int(1000, 604_800_000, 'ms'), default: 600_000,
     doc: 'How long an event stays in history.',
+  }),
+  v({
+    name: 'WS_POSITION_REFRESH_MS', key: 'positionRefreshMs', section: 'History and idempotency',
+    type: zeroOrInt(1000, 3_600_000, 'ms; 0 sends none'), default: 1_800_000,
+    doc: 'A joined topic without a durable event for this long gets a `position` frame with a fresh resume point, so that a ' +
+      'subscriber of a quiet topic (keyed or ephemeral events only) can resume with `since` after any time connected. ' +
+      'Sent within a few seconds after it is due.',
   }),
   v({
     name: 'WS_IDEMPOTENCY_TTL_MS', key: 'idempotencyTtlMs', section: 'History and idempotency',

@@ -74,7 +74,7 @@ export class TopicLog {
   size = 0;
   lastMs = -1;
   lastSeq = 0;
-  /** The last id was handed out by `position` (no event appended since): a later position may move it to its own time. */
+  /** The last id was handed out by `position` or `mark` (no event appended since): a later position may move it to its own time. */
   positional = false;
   /** The newest id that may have been trimmed: ids at or below it may be missing. */
   floorMs: number;
@@ -304,15 +304,35 @@ export class MemoryHistory {
     // ttl + tombstone after this position, as Redis keeps none and vouches
     // from its own clock.
     if (last !== undefined && log?.positional !== true) return formatEventId(last);
+    return this.mark(topic, clock);
+  }
+
+  /**
+   * A position at now for any topic (WS_POSITION_REFRESH_MS): the newer of
+   * its newest id and `<now>-0`, taken as if an event had been given it
+   * (none is stored: the next append gets a higher id, and the log is kept
+   * for ttl + tombstone after it, as after an event). A `since` of it
+   * recovers as long as nothing after it is trimmed, however old the
+   * topic's last event.
+   */
+  mark(topic: string, clock: number): string {
     const now = this.monotonic(clock);
-    const fresh = log ?? new TopicLog(this.creationFloor(now));
-    if (log === undefined) this.topics.set(topic, fresh);
-    if (now > fresh.lastMs) {
-      fresh.lastMs = now;
-      fresh.lastSeq = 0;
+    let log = this.topics.get(topic);
+    if (log === undefined) {
+      log = new TopicLog(this.creationFloor(now));
+      this.topics.set(topic, log);
     }
-    fresh.positional = true;
-    return formatEventId(fresh.last!);
+    if (now > log.lastMs) {
+      log.lastMs = now;
+      log.lastSeq = 0;
+    }
+    log.positional = true;
+    return formatEventId(log.last!);
+  }
+
+  /** The ms of a topic's newest id or mark (its last append, position or `mark`); -1 when it has none. */
+  lastAt(topic: string): number {
+    return this.topics.get(topic)?.lastMs ?? -1;
   }
 
   /** The newest id of a topic, if it has one. */

@@ -72,6 +72,7 @@ test('an empty env gives the documented defaults and no warnings', () => {
     drainMaxMs: 30000,
     historySize: 1000,
     historyTtlMs: 600000,
+    positionRefreshMs: 1800000,
     idempotencyTtlMs: 300000,
     tenantMsgLimit: 1000,
     tenantWindowMs: 1000,

@@ -150,6 +150,58 @@ describe('MemoryHistory: examples', () => {
     h.sweep(T0 + 6001, 10);
     assert.deepEqual(h.read('feed', idOf(p), T0 + 6001), { events: [], recovered: false }, 'forgotten');
   });
+
+  test('marks keep a quiet topic resumable past ttl + tombstone: the join position expires, the newest mark does not', () => {
+    // ttl 1 s, tombstone 5 s: a position is vouched for 6 s after it.
+    const h = new MemoryHistory(10, 1000, 5000);
+    const joined = h.position('feed', T0);
+    const marks: string[] = [];
+    // A mark every 3 s (WS_POSITION_REFRESH_MS below ttl + tombstone), the sweep running between them.
+    for (let t = T0 + 3000; t <= T0 + 30_000; t += 3000) {
+      h.sweep(t, 10);
+      marks.push(h.mark('feed', t));
+      assert.equal(h.lastAt('feed'), t, 'a mark is the topic\'s newest time');
+    }
+    assert.deepEqual(marks, marks.map((_, i) => `${T0 + 3000 * (i + 1)}-0`), 'each mark stands at its own time');
+    h.sweep(T0 + 32_000, 10);
+    assert.deepEqual(h.read('feed', idOf(marks.at(-1)!), T0 + 32_000), { events: [], recovered: true }, 'the newest mark is vouched for');
+    // The log was kept all along (each mark renews it), so it knows nothing
+    // came since the join; Redis keeps no stream for such a topic and
+    // vouches for the last keep only: there the mark is what recovers.
+    assert.equal(h.read('feed', idOf(joined), T0 + 32_000).recovered, true, 'in memory the join position too');
+    const unmarked = new MemoryHistory(10, 1000, 5000);
+    const alone = unmarked.position('feed', T0);
+    unmarked.sweep(T0 + 32_000, 10);
+    assert.equal(unmarked.read('feed', idOf(alone), T0 + 32_000).recovered, false, 'without marks the log is forgotten');
+    const e = appendAt(h, 'feed', T0 + 32_000);
+    assert.deepEqual(ids(h.read('feed', idOf(marks.at(-1)!), T0 + 32_000)), [e], 'an event after a mark replays from it');
+  });
+
+  test('a mark on a topic with events stands at now, above its newest event, and the next event in its ms is above it', () => {
+    const h = new MemoryHistory(10, 60_000, 5000);
+    const a = appendAt(h, 't', T0);
+    assert.equal(h.position('t', T0 + 10), a, 'a join stands at the newest event');
+    const m = h.mark('t', T0 + 10);
+    assert.equal(m, `${T0 + 10}-0`);
+    assert.equal(h.mark('t', T0 + 10), m, 'twice in one ms: the same mark');
+    assert.equal(h.position('t', T0 + 20), `${T0 + 20}-0`, 'no event since the mark: a join stands at now too');
+    const b = appendAt(h, 't', T0 + 20);
+    assert.equal(b, `${T0 + 20}-1`, 'an event in the ms of a mark is above it');
+    assert.equal(h.mark('t', T0 + 20), b, 'a mark in the ms of the newest event is that event');
+    assert.equal(h.mark('t', T0 + 5), b, 'a clock that stepped back marks at the newest id');
+    assert.deepEqual(ids(h.read('t', idOf(m), T0 + 30)), [b]);
+    assert.equal(h.read('t', idOf(m), T0 + 30).recovered, true);
+    assert.equal(h.lastAt('none'), -1);
+  });
+
+  test('a mark after the size trim still vouches for what follows it (history disabled: size 0)', () => {
+    const h = new MemoryHistory(0, 60_000, 5000);
+    const a = appendAt(h, 't', T0);
+    assert.equal(h.read('t', idOf(`${T0 - 1}-0`), T0 + 1).recovered, false, 'nothing is stored');
+    const m = h.mark('t', T0 + 100);
+    assert.notEqual(m, a);
+    assert.deepEqual(h.read('t', idOf(m), T0 + 200), { events: [], recovered: true });
+  });
 });
 
 describe('MemoryHistory: limit, and reads without since (the admin history read)', () => {

@@ -240,6 +240,17 @@ export function encodeSubscribed(topic: string): string {
   return `{"type":"subscribed","topic":"${topic}"}`;
 }
 
+/**
+ * A fresh resume position for a joined topic that had no durable event for
+ * a while (WS_POSITION_REFRESH_MS): every durable event at or below it was
+ * sent before this frame. `head` + position + `POSITION_TAIL` is the frame,
+ * so that Redis can put the position in (see RedisBus.mark).
+ */
+export function positionFrameHead(topic: string): string {
+  return `{"type":"position","topic":"${topic}","position":"`;
+}
+export const POSITION_TAIL = '"}';
+
 /** A retry hint as a JSON number: never NaN or Infinity, never negative. */
 export function finiteMs(ms: number): number {
   return Number.isFinite(ms) ? Math.max(0, Math.ceil(ms)) : 0;

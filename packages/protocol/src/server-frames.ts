@@ -87,6 +87,18 @@ export interface UnsubscribedFrame {
   readonly reason: 'forbidden' | 'removed' | (string & Record<never, never>);
 }
 
+/**
+ * 2026-12 (Sluice): a resume position for `topic`, sent when the topic had
+ * no durable event for WS_POSITION_REFRESH_MS: every durable event at or
+ * below it was sent before, so a later join with `since` set to it misses
+ * nothing. A client keeps the newer of it and its last event id.
+ */
+export interface PositionFrame {
+  readonly type: 'position';
+  readonly topic: string;
+  readonly position: string;
+}
+
 export interface PresenceUser {
   /** The user's sockets joined to the topic, across the cluster. */
   readonly connections: number;
@@ -124,7 +136,8 @@ export type ServerFrame =
   | SubscribedFrame
   | UnsubscribedFrame
   | PresenceStateFrame
-  | PresenceDiffFrame;
+  | PresenceDiffFrame
+  | PositionFrame;
 
 export type ServerFrameType = ServerFrame['type'];
 
@@ -222,4 +235,5 @@ const SCHEMAS: Readonly<Record<string, Readonly<Record<string, Check>>>> = {
   unsubscribed: { topic, reason: nonEmpty },
   presence_state: { topic, users, count: whole(0), truncated: (v) => (v === undefined ? false : typeof v === 'boolean' ? v : BAD) },
   presence_diff: { topic, joins: users, leaves: (v) => record(v, record) },
+  position: { topic, position: match(EVENT_ID_PATTERN) },
 };

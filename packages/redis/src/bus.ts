@@ -153,11 +153,42 @@ local t = redis.call('TIME')
 return (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - 1) .. '-0'
 `;
 
+// A position mark (WS_POSITION_REFRESH_MS): the topic's position now,
+// PUBLISHed on its channel in the same step, so after every event at or
+// below it. The newer of its newest id (entry, or the floor while the
+// stream exists) and one ms before Redis's clock (any later XADD is above
+// it). KEYS: stream, floor. ARGV: publish command, channel, message prefix,
+// frame head, frame tail. Returns the position.
+const MARK_LUA = `
+local function later(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am > bm or (am == bm and as > bs)
+end
+local t = redis.call('TIME')
+local pos = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - 1) .. '-0'
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last > 0 and later(last[1][1], pos) then pos = last[1][1] end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local f = redis.call('GET', KEYS[2])
+  if f and later(f, pos) then pos = f end
+end
+redis.call(ARGV[1], ARGV[2], ARGV[3] .. pos .. '${SEP}' .. ARGV[4] .. pos .. ARGV[5])
+return pos
+`;
+
+/** The bus class of a durable event (EventClass.Durable). */
+const DURABLE_CLASS = 0;
+/** The bus class of a position mark (cls of its message; events use EventClass, 0 to 2). */
+export const MARK_CLASS = 3;
+
 interface ScriptedClient {
   sluicePublish(stream: string, floor: string, idem: string, ...argv: (string | number)[]): Promise<[string, number]>;
   sluiceRead(stream: string, floor: string, ...argv: (string | number)[]): Promise<unknown[]>;
   sluiceLatest(stream: string, floor: string, ...argv: (string | number)[]): Promise<unknown[]>;
   sluicePosition(stream: string, floor: string): Promise<string>;
+  sluiceMark(stream: string, floor: string, ...argv: string[]): Promise<string>;
 }
 
 /** Where subscriptions go: a standalone subscriber connection, or per-master connections with Cluster. */
@@ -199,6 +230,7 @@ export class RedisBus {
     cmd.defineCommand('sluiceRead', { numberOfKeys: 2, lua: READ_LUA });
     cmd.defineCommand('sluiceLatest', { numberOfKeys: 2, lua: LATEST_LUA });
     cmd.defineCommand('sluicePosition', { numberOfKeys: 2, lua: POSITION_LUA });
+    cmd.defineCommand('sluiceMark', { numberOfKeys: 2, lua: MARK_LUA });
     const onMessage = (channel: string, payload: string): void => {
       const m = decodeMessage(channel, payload);
       if (m !== undefined) this.handler(m);
@@ -221,7 +253,7 @@ export class RedisBus {
     const [id, dup] = await (this.writer as unknown as ScriptedClient).sluicePublish(
       k.stream, k.floor, idem,
       this.opts.historySize, this.opts.historyTtlMs, this.keepMs, p.idempotencyKey === undefined ? 0 : this.opts.idempotencyTtlMs,
-      p.head, p.tail, this.opts.cluster ? 'SPUBLISH' : 'PUBLISH', topicChannel(p.topic), `${1}${SEP}${SEP}`,
+      p.head, p.tail, this.opts.cluster ? 'SPUBLISH' : 'PUBLISH', topicChannel(p.topic), `${DURABLE_CLASS}${SEP}${SEP}`,
     );
     if (acks !== undefined) {
       if (!(await acks.confirm(mark))) throw new ReplicaAckFailed(`stored as ${id}, but not confirmed by the replicas in time`);
@@ -265,6 +297,19 @@ export class RedisBus {
     const k = topicRedisKeys(topic);
     this.commands++;
     return (this.cmd as unknown as ScriptedClient).sluicePosition(k.stream, k.floor);
+  }
+
+  /**
+   * Publishes a position mark on the topic's channel (see MARK_LUA): its
+   * subscribers get a message of class MARK_CLASS whose id is the position
+   * and whose frame is `head` + position + `tail`. Resolves with the position.
+   */
+  async mark(topic: string, head: string, tail: string): Promise<string> {
+    const k = topicRedisKeys(topic);
+    this.commands++;
+    return (this.cmd as unknown as ScriptedClient).sluiceMark(
+      k.stream, k.floor, this.opts.cluster ? 'SPUBLISH' : 'PUBLISH', topicChannel(topic), `${MARK_CLASS}${SEP}${SEP}`, head, tail,
+    );
   }
 
   /** Redis's clock, in ms: stream ids are made from it. */

@@ -114,6 +114,9 @@ export class ShardMetrics {
     counterFrom(r, 'sluice_redis_replica_ack_failures_total',
       'Durable publishes Redis stored but WS_REDIS_ACK_REPLICAS replicas did not confirm in WS_REDIS_ACK_TIMEOUT_MS (answered unavailable).', undefined,
       () => stats.replicaAckFailures);
+    counterFrom(r, 'sluice_position_marks_total',
+      '`position` frames of quiet topics (WS_POSITION_REFRESH_MS): marks sent by the topics this node owns (embedded), or asked of Redis (cluster). ' +
+      'A mark goes to every socket joined to its topic; those count in sluice_messages_sent_total.', undefined, () => stats.positionMarks);
     counterFrom(r, 'sluice_limiter_settles_total', 'Batches of tenant and IP limit hits settled with a window store, by store.', 'store',
       () => limits.stats.settles);
     counterFrom(r, 'sluice_limiter_redis_commands_total', 'Redis commands sent to settle tenant and IP limits (part of sluice_redis_commands_total).',

@@ -13,8 +13,8 @@ import type { MeshBroker } from './mesh-broker.ts';
 import type { BrokerStats, ShardBroker } from './shard-broker.ts';
 
 /** The `op` label of sluice_redis_command_seconds; the index is what RedisBroker and SharedLimits observe. */
-export const REDIS_OPS = ['publish', 'history', 'subscribe', 'window', 'position'] as const;
-export const RedisOp = { Publish: 0, History: 1, Subscribe: 2, Window: 3, Position: 4 } as const;
+export const REDIS_OPS = ['publish', 'history', 'subscribe', 'window', 'position', 'mark'] as const;
+export const RedisOp = { Publish: 0, History: 1, Subscribe: 2, Window: 3, Position: 4, Mark: 5 } as const;
 /** Records how long a Redis command took, answered or failed (seconds). */
 export type RedisTiming = (op: number, seconds: number) => void;
 
@@ -64,7 +64,12 @@ export class RedisBroker implements ShardBroker {
   private readonly counts = { durable: 0, keyed: 0, ephemeral: 0, duplicates: 0, errors: 0, marks: 0 };
   /** WS_POSITION_REFRESH_MS, less this shard's random slack (see markQuiet). */
   private readonly markAfterMs: number;
-  /** Topics whose mark this shard asked Redis for, and when: not asked again before it arrives (or WS_POSITION_REFRESH_MS). */
+  /**
+   * When this shard last asked Redis for a topic's mark: not again within
+   * markAfterMs, even when the topic looks due (its last id is on Redis's
+   * clock: a node clock ahead of it would find the topic due on every
+   * sweep). Dropped with the subscription.
+   */
   private readonly marking = new Map<string, number>();
   /** Where the marking pass is in `splices`. */
   private markCursor: Iterator<[string, ReplaySplice<Delivery>]> | undefined;
@@ -318,11 +323,13 @@ export class RedisBroker implements ShardBroker {
       const [topic, splice] = step.value;
       if (splice.holding || eventIdMs(splice.lastId) >= due) continue;
       const asked = this.marking.get(topic);
-      if (asked !== undefined && asked > now - this.cfg.positionRefreshMs) continue;
+      if (asked !== undefined && asked > due) continue;
       this.marking.set(topic, now);
       this.counts.marks++;
-      this.bus.mark(topic, positionFrameHead(clientTopic(topic)), POSITION_TAIL).catch((err: unknown) => {
+      const t0 = performance.now();
+      this.bus.mark(topic, positionFrameHead(clientTopic(topic)), POSITION_TAIL).then(() => this.took(RedisOp.Mark, t0), (err: unknown) => {
         // Asked again on a later pass.
+        this.took(RedisOp.Mark, t0);
         this.counts.errors++;
         this.marking.delete(topic);
         if (this.log.isLevelEnabled('debug')) this.log.debug({ err, topic }, 'position mark failed');
@@ -356,7 +363,6 @@ export class RedisBroker implements ShardBroker {
       // A position mark: spliced by its id like a durable event (so it moves
       // the topic's last id on), handed on as ephemeral (a congested
       // socket's mailbox may drop it), with no delivery lag.
-      this.marking.delete(m.topic);
       ev = { topic: m.topic, frame: m.frame, id: m.id, cls: EventClass.Ephemeral, key: undefined, at: 0 };
     } else {
       ev = { topic: m.topic, frame: m.frame, id: m.id, cls: m.cls as EventClass, key: m.key, at: id === undefined ? 0 : id.ms };

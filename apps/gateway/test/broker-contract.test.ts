@@ -286,12 +286,21 @@ for (const impl of impls) {
       const read = await a.broker.history(key, m.id);
       assert.deepEqual([read.events.map((e) => e.id), read.recovered], [[e2.id], true]);
 
-      const [c] = await impl.pair({ WS_POSITION_REFRESH_MS: '0' });
-      const off = ownedBy(owner, 'unmarked');
-      await c.broker.subscribe(topicKey('default', off));
-      sweep([c], Date.now() + 7_200_000);
+      // Asked once per interval: a second sweep at the same time (a node clock
+      // ahead of Redis's would find the topic due each second) asks nothing.
+      const asked = (n: Node): number => (n.broker as ShardBroker).stats.positionMarks;
+      const before = asked(a) + asked(b);
+      assert.ok(before >= 1 && before <= 2, `one mark asked per shard at most: ${before}`);
+      sweep([a, b], Date.now() + 5000);
       await settle();
-      assert.deepEqual(marks(c), [], 'WS_POSITION_REFRESH_MS=0 sends none');
+      assert.equal(asked(a) + asked(b), before, 'not asked again within the interval');
+
+      const [c, d] = await impl.pair({ WS_POSITION_REFRESH_MS: '0' });
+      const off = ownedBy(owner, 'unmarked');
+      await Promise.all([c.broker.subscribe(topicKey('default', off)), d.broker.subscribe(topicKey('default', off))]);
+      sweep([c, d], Date.now() + 7_200_000);
+      await settle();
+      assert.deepEqual([...marks(c), ...marks(d)], [], 'WS_POSITION_REFRESH_MS=0 sends none');
     });
 
     test('history after since is bounded: recovered false once trimmed, true from the last id on', async () => {
@@ -350,6 +359,39 @@ for (const impl of impls) {
 }
 
 describe('Redis history keys (standalone)', () => {
+  test('a position mark stands at or above the stream\'s newest id, even one ahead of the clock, and moves the stream\'s last id up to it', async () => {
+    const [a] = await redisPair('standalone', { WS_POSITION_REFRESH_MS: '1000' });
+    const server = await servers.get('standalone')!;
+    const redis = new Redis(server.url);
+    try {
+      const marks = (): Delivery[] => (a as Node).got.filter((d) => d.frame.startsWith('{"type":"position"'));
+      const lastGenerated = async (stream: string): Promise<string> => {
+        const info = (await redis.xinfo('STREAM', stream)) as unknown[];
+        return String(info[info.indexOf('last-generated-id') + 1]);
+      };
+      // A stream id a minute ahead of Redis's clock (stored directly, not published).
+      const ahead = topicKey('default', 'mark-ahead');
+      await a.broker.subscribe(ahead);
+      const future = `${Date.now() + 60_000}-5`;
+      await redis.xadd(topicRedisKeys(ahead).stream, future, 'h', '', 't', '');
+      (a.broker as ShardBroker).sweep(Date.now() + 5000);
+      await eventually(() => marks().length === 1);
+      assert.equal(marks()[0]!.id, future, 'the newest id, not the clock');
+
+      // An old stream: the mark is at the clock, and the stream's last id follows it.
+      const old = topicKey('default', 'mark-old');
+      await redis.xadd(topicRedisKeys(old).stream, `${Date.now() - 600_000}-0`, 'h', '', 't', '');
+      await a.broker.subscribe(old);
+      (a.broker as ShardBroker).sweep(Date.now() + 5000);
+      await eventually(() => marks().length === 2);
+      const m = marks()[1]!;
+      assert.ok((compareEventIdStrings(m.id!, `${Date.now() - 10_000}-0`) ?? 0) > 0, `a mark at the clock: ${m.id}`);
+      assert.equal(await lastGenerated(topicRedisKeys(old).stream), m.id, 'a later XADD is above the mark whatever the clock');
+    } finally {
+      redis.disconnect();
+    }
+  });
+
   test('a stream and its floor expire keep ms after the later of the clock and the id; a position past a floor that outlived its stream is now', async () => {
     const [a] = await redisPair('standalone');
     const server = await servers.get('standalone')!;

@@ -157,8 +157,10 @@ return (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - 1) .. '-0'
 // PUBLISHed on its channel in the same step, so after every event at or
 // below it. The newer of its newest id (entry, or the floor while the
 // stream exists) and one ms before Redis's clock (any later XADD is above
-// it). KEYS: stream, floor. ARGV: publish command, channel, message prefix,
-// frame head, frame tail. Returns the position.
+// it); an existing stream's last id is moved up to it, so that a later
+// XADD is above it even if the clock steps back. KEYS: stream, floor.
+// ARGV: publish command, channel, message prefix, frame head, frame tail.
+// Returns the position.
 const MARK_LUA = `
 local function later(a, b)
   local am, as = string.match(a, '^(%d+)-(%d+)$')
@@ -173,6 +175,7 @@ if #last > 0 and later(last[1][1], pos) then pos = last[1][1] end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local f = redis.call('GET', KEYS[2])
   if f and later(f, pos) then pos = f end
+  redis.call('XSETID', KEYS[1], pos)
 end
 redis.call(ARGV[1], ARGV[2], ARGV[3] .. pos .. '${SEP}' .. ARGV[4] .. pos .. ARGV[5])
 return pos

@@ -15,9 +15,10 @@ export interface TopicRecord<R> {
   /** Joins waiting for the subscription to come up (or fail). */
   waiters: ((ok: boolean) => void)[];
   /**
-   * The newest durable id this shard delivered live. Kept as the id string
-   * (a topic's deliveries come in id order, so the last is the newest):
-   * nothing is parsed or allocated per delivery.
+   * The newest durable id (or position mark, WS_POSITION_REFRESH_MS) this
+   * shard delivered live. Kept as the id string (a topic's deliveries come
+   * in id order, so the last is the newest): nothing is parsed or allocated
+   * per delivery.
    */
   lastLive: string | undefined;
   /**

@@ -1,6 +1,6 @@
 import type { MessagePort } from 'node:worker_threads';
 import {
-  BrokerUnavailable, type Config, type Delivery, type HistoryRead, type PublishFields, type PublishResult, ReplaySplice, SpliceEmit, topicKey,
+  BrokerUnavailable, type Config, type Delivery, type HistoryRead, MapPass, type PublishFields, type PublishResult, ReplaySplice, SpliceEmit, topicKey,
 } from '@sluice/core';
 import { encodeEventFrame, EventClass, eventIdMs, parseEventId, POSITION_TAIL, positionFrameHead } from '@sluice/protocol';
 import {
@@ -71,8 +71,8 @@ export class RedisBroker implements ShardBroker {
    * sweep). Dropped with the subscription.
    */
   private readonly marking = new Map<string, number>();
-  /** Where the marking pass is in `splices`. */
-  private markCursor: Iterator<[string, ReplaySplice<Delivery>]> | undefined;
+  /** The marking pass over `splices`, MARK_BUDGET topics a sweep. */
+  private readonly markPass = new MapPass(this.splices);
   readonly stats: BrokerStats;
   /** Whether the command connection is up: this shard's one notion of "Redis is down", shared with its limits. */
   readonly health: RedisHealth;
@@ -313,17 +313,10 @@ export class RedisBroker implements ShardBroker {
    */
   private markQuiet(now: number): void {
     const due = now - this.markAfterMs;
-    for (let n = 0; n < MARK_BUDGET; n++) {
-      this.markCursor ??= this.splices.entries();
-      const step = this.markCursor.next();
-      if (step.done === true) {
-        this.markCursor = undefined;
-        return;
-      }
-      const [topic, splice] = step.value;
-      if (splice.holding || eventIdMs(splice.lastId) >= due) continue;
+    this.markPass.next(MARK_BUDGET, (topic, splice) => {
+      if (splice.holding || eventIdMs(splice.lastId) >= due) return;
       const asked = this.marking.get(topic);
-      if (asked !== undefined && asked > due) continue;
+      if (asked !== undefined && asked > due) return;
       this.marking.set(topic, now);
       this.counts.marks++;
       const t0 = performance.now();
@@ -334,8 +327,9 @@ export class RedisBroker implements ShardBroker {
         this.marking.delete(topic);
         if (this.log.isLevelEnabled('debug')) this.log.debug({ err, topic }, 'position mark failed');
       });
-    }
+    });
   }
+
 
   flush(): void {
     this.mesh.flush();

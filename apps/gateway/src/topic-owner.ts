@@ -1,5 +1,5 @@
 import {
-  type Delivery, type HistoryRead, MemoryHistory, type PublishFields, type PublishResult, topicKey,
+  type Delivery, type HistoryRead, MapPass, MemoryHistory, type PublishFields, type PublishResult, topicKey,
 } from '@sluice/core';
 import { encodeEventFrame, EventClass, parseEventId, POSITION_TAIL, positionFrameHead } from '@sluice/protocol';
 import { clientTopic } from './presence-hub.ts';
@@ -35,8 +35,8 @@ export class TopicOwner {
 
   /** WS_POSITION_REFRESH_MS (0: no marks, as in cluster mode, where Redis positions the topics). */
   private readonly refreshMs: number;
-  /** Where the marking pass is in `subscribers` (a Map's iterator sees deletions and additions). */
-  private markCursor: Iterator<[string, Set<number>]> | undefined;
+  /** The marking pass over `subscribers`, MARK_BUDGET topics a sweep. */
+  private readonly markPass = new MapPass(this.subscribers);
   /** Position marks sent (one per topic, to every subscribed shard). */
   marks = 0;
 
@@ -131,23 +131,17 @@ export class TopicOwner {
    */
   private markQuiet(now: number): void {
     const due = now - this.refreshMs;
-    for (let n = 0; n < MARK_BUDGET; n++) {
-      this.markCursor ??= this.subscribers.entries();
-      const step = this.markCursor.next();
-      if (step.done === true) {
-        this.markCursor = undefined;
-        return;
-      }
-      const [topic, shards] = step.value;
-      if (this.log.lastAt(topic) >= due) continue;
+    this.markPass.next(MARK_BUDGET, (topic, shards) => {
+      if (this.log.lastAt(topic) >= due) return;
       const position = this.log.mark(topic, now);
       const ev: Delivery = {
         topic, frame: positionFrameHead(clientTopic(topic)) + position + POSITION_TAIL, id: position, cls: EventClass.Ephemeral, key: undefined, at: 0,
       };
       this.marks++;
       for (const shard of shards) this.links.get(shard)?.deliver(ev);
-    }
+    });
   }
+
 
   get topicCount(): number {
     return this.log.topicCount;

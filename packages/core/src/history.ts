@@ -1,4 +1,5 @@
 import { compareEventIds, type EventId, formatEventId } from '@sluice/protocol';
+import { MapPass } from './map-pass.ts';
 
 export interface StoredEvent {
   readonly id: string;
@@ -211,7 +212,7 @@ const cmp = (aMs: number, aSeq: number, bMs: number, bSeq: number): number => (a
  */
 export class MemoryHistory {
   private readonly topics = new Map<string, TopicLog>();
-  private sweepCursor: Iterator<[string, TopicLog]> | undefined;
+  private readonly sweepPass = new MapPass(this.topics);
   /** The latest time seen: a wall clock that steps back must not reorder ids or trim less. */
   private highest = 0;
 
@@ -348,14 +349,7 @@ export class MemoryHistory {
   /** Trims expired events of up to `budget` topics and forgets topics with nothing left to protect. */
   sweep(clock: number, budget: number): void {
     const now = this.monotonic(clock);
-    for (let n = 0; n < budget; n++) {
-      this.sweepCursor ??= this.topics.entries();
-      const step = this.sweepCursor.next();
-      if (step.done === true) {
-        this.sweepCursor = undefined;
-        return;
-      }
-      const [topic, log] = step.value;
+    this.sweepPass.next(budget, (topic, log) => {
       this.trimAge(log, now);
       log.compact();
       // An emptied topic is kept as a tombstone (its last id and floor) for a
@@ -365,7 +359,7 @@ export class MemoryHistory {
       if (log.size === 0 && log.lastMs < now - this.ttlMs - this.tombstoneMs) {
         this.topics.delete(topic);
       }
-    }
+    });
   }
 
   private monotonic(clock: number): number {

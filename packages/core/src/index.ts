@@ -2,6 +2,7 @@ export * from './config.ts';
 export * from './fixed-window.ts';
 export * from './jitter.ts';
 export * from './history.ts';
+export * from './map-pass.ts';
 export * from './idempotency.ts';
 export * from './broker.ts';
 export * from './keys.ts';

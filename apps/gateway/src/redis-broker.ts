@@ -330,7 +330,6 @@ export class RedisBroker implements ShardBroker {
     });
   }
 
-
   flush(): void {
     this.mesh.flush();
   }

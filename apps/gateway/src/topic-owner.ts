@@ -142,7 +142,6 @@ export class TopicOwner {
     });
   }
 
-
   get topicCount(): number {
     return this.log.topicCount;
   }

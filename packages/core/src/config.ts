@@ -487,7 +487,7 @@ const schema = [
     type: zeroOrInt(1000, 3_600_000, 'ms; 0 sends none'), default: 1_800_000,
     doc: 'A joined topic without a durable event for this long gets a `position` frame with a fresh resume point, so that a ' +
       'subscriber of a quiet topic (keyed or ephemeral events only) can resume with `since` after any time connected. ' +
-      'Sent within a few seconds after it is due.',
+      'Each shard looks at 1000 of its topics a second, so a mark comes up to (topics per shard / 1000) s after it is due.',
   }),
   v({
     name: 'WS_IDEMPOTENCY_TTL_MS', key: 'idempotencyTtlMs', section: 'History and idempotency',

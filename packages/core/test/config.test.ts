@@ -457,3 +457,13 @@ test('WS_REDIS_ACK_REPLICAS: 0 to 16, only with Redis; its timeout from 10 ms to
     assert.deepEqual(problemsOf({ REDIS_URL: 'redis://a:1', WS_REDIS_ACK_TIMEOUT_MS: bad }).map((p) => p.name), ['WS_REDIS_ACK_TIMEOUT_MS'], bad);
   }
 });
+
+test('WS_POSITION_REFRESH_MS: 0 turns marks off, 1000 to 3600000 is an interval, anything between or above is refused', () => {
+  assert.equal(loadConfig({ WS_POSITION_REFRESH_MS: '0' }, host).config.positionRefreshMs, 0);
+  assert.equal(loadConfig({ WS_POSITION_REFRESH_MS: '1000' }, host).config.positionRefreshMs, 1000);
+  assert.equal(loadConfig({ WS_POSITION_REFRESH_MS: '3600000' }, host).config.positionRefreshMs, 3_600_000);
+  for (const bad of ['1', '999', '3600001', '00', '-1', '1e3']) {
+    assert.deepEqual(problemsOf({ WS_POSITION_REFRESH_MS: bad }),
+      [{ name: 'WS_POSITION_REFRESH_MS', value: bad, accepts: '0, or an integer from 1000 to 3600000 (ms; 0 sends none)' }], bad);
+  }
+});

@@ -64,7 +64,7 @@ options:
   --room-size n      S16: sockets per room (10); --feeds n: keyed feeds (1000); --rate: WS_DRAIN_RATE (2000)
   --no-restart       S16: without the rolling restart
   --no-report        (all) do not rewrite results.md / results.svg
-  --owned            S1: every socket joins a topic its own shard owns (no publish crosses threads): what a crossing costs
+  --hashed           S1: each socket's topic owned by the shard its hash names (about half the publishes cross threads): what a crossing costs
   --from-source      run the gateway from its sources under tsx (default: its build, dist/main.js, refused when older than a source file)`;
 
 interface Cli {
@@ -76,7 +76,7 @@ interface Cli {
     seconds?: string; healthy?: string; stalled?: string; size?: string; 'rss-limit-mib'?: string; rate?: string; 'delay-ms'?: string;
     nodes?: string; 'ack-replicas'?: string; scrapes?: string; bursts?: string; burst?: string; topics?: string; 'admin-rate'?: string; rounds?: string; revocations?: string; 'rst-at-close'?: boolean;
     'ttl-ms'?: string; quick?: boolean; 'no-sio'?: boolean;
-    rates?: string; ramp?: string; 'room-size'?: string; feeds?: string; 'no-restart'?: boolean; 'from-source'?: boolean; owned?: boolean;
+    rates?: string; ramp?: string; 'room-size'?: string; feeds?: string; 'no-restart'?: boolean; 'from-source'?: boolean; hashed?: boolean;
   };
 }
 
@@ -93,7 +93,7 @@ function parse(): Cli {
       rounds: { type: 'string' }, revocations: { type: 'string' }, 'rst-at-close': { type: 'boolean' },
       'ttl-ms': { type: 'string' }, quick: { type: 'boolean' }, 'no-sio': { type: 'boolean' }, events: { type: 'string' }, warmup: { type: 'string' },
       rates: { type: 'string' }, ramp: { type: 'string' }, 'room-size': { type: 'string' }, feeds: { type: 'string' }, 'no-restart': { type: 'boolean' },
-      'from-source': { type: 'boolean' }, owned: { type: 'boolean' }, 'cost-only': { type: 'boolean' },
+      'from-source': { type: 'boolean' }, hashed: { type: 'boolean' }, 'cost-only': { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });

@@ -122,7 +122,7 @@ export const SCENARIOS: readonly Scenario[] = [
     command: 's1',
     usage: 'S1 publish-ack throughput: every socket its own topic, --depth frames in flight',
     run: (ctx) => measure(ctx, 'S1', {
-      ...S1_DEFAULT, ...window(ctx), ...given(ctx.v, PUMP), owned: ctx.v['owned'] === true,
+      ...S1_DEFAULT, ...window(ctx), ...given(ctx.v, PUMP), hashed: ctx.v['hashed'] === true,
       sizes: typeof ctx.v['sizes'] === 'string' ? ctx.v['sizes'].split(',').map((x) => int({ sizes: x }, 'sizes')!) : ctx.ci ? [32] : S1_DEFAULT.sizes,
     }, runPump),
     views: [{ id: 'S1', title: 'S1 publish-ack throughput', table: rateTable }],

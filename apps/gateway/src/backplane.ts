@@ -8,7 +8,7 @@
  * (or after a short wait, degraded as in an outage). No other part of the
  * shard needs to know which broker it has.
  */
-import type { Config } from '@sluice/core';
+import type { Config, TopicOwners } from '@sluice/core';
 import type { RedisClient, RedisHealth } from '@sluice/redis';
 import { IndexedHistogram, type Logger, type Registry } from '@sluice/telemetry';
 import { SharedLimits, type LocalSettle, type SharedWindows } from './shared-limits.ts';
@@ -29,6 +29,8 @@ export interface BackplaneDeps {
   readonly localSettle: LocalSettle;
   /** Embedded mode: the node's upgrade windows in shared memory (the coordinator's buffers); undefined in cluster mode. */
   readonly windows: SharedWindows | undefined;
+  /** The node's table of topic owners (shared memory): the mesh's. */
+  readonly owners: TopicOwners;
 }
 
 export interface Backplane {
@@ -49,7 +51,7 @@ export function storeOf(cfg: Pick<Config, 'redisUrl'>): 'memory' | 'redis' {
 
 export function createBackplane(deps: BackplaneDeps): Backplane {
   const { shard, config: cfg, log } = deps;
-  const mesh = new MeshBroker(shard, cfg.workers, cfg, log);
+  const mesh = new MeshBroker(shard, cfg.workers, cfg, log, deps.owners);
   if (cfg.redisUrl === undefined) {
     return {
       broker: mesh, mesh, limits: new SharedLimits(cfg, undefined, deps.localSettle, log, undefined, undefined, deps.windows),

@@ -9,8 +9,8 @@ import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Piscina } from 'piscina';
-import { actionOf, type Config, type ControlCommand, describeCommand, type DrainPace, MemoryUserSockets, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, ownerOf, PendingRequests, shareBudget,
-  type HistoryRequest, type HistoryResult, type PublishRequest, type PublishResult, redactedConfig, type RequestTimers, topicKey } from '@sluice/core';
+import { actionOf, type Config, type ControlCommand, describeCommand, type DrainPace, MemoryUserSockets, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, PendingRequests, shareBudget,
+  type HistoryRequest, type HistoryResult, type PublishRequest, type PublishResult, redactedConfig, type RequestTimers, topicKey, TopicOwners } from '@sluice/core';
 import { counterFrom, endSpan, gaugeFrom, type Logger, type MetricsJson, registerProcessMetrics, registerThreadMetrics,
   Registry, SpanKind, startSpan, type Tracer, traceparentOf } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
@@ -102,6 +102,8 @@ export class Coordinator {
   private readonly windows = new MemoryWindowStore();
   /** Embedded mode: the upgrade windows in shared memory, counted by the shards themselves; undefined in cluster mode. */
   private readonly windowBuffers: SharedWindowBuffers | undefined;
+  /** Which shard owns which topic (shared memory, given to every shard): a topic is its first toucher's. */
+  private readonly owners: TopicOwners;
   /** The coordinator's view of them: only to free a lock a gone shard held. */
   private readonly upgradeWindows: SharedWindows | undefined;
   /** WS_MAX_USER_SOCKETS in embedded mode: the node's count of each user's sockets, over its shards. */
@@ -126,6 +128,7 @@ export class Coordinator {
     this.nodeMetrics = new NodeMetrics(this.registry, config.metricsWaitMs);
     this.budget = config.upgradeRate === 0 ? null : new UpgradeBudget(this.shared.buffer, config.upgradeRate);
     this.windowBuffers = config.redisUrl === undefined ? sharedWindowBuffers(config) : undefined;
+    this.owners = new TopicOwners(config.workers);
     this.upgradeWindows = this.windowBuffers === undefined ? undefined : sharedWindows(config, this.windowBuffers, MAX_SHARDS, false);
     this.registerMetrics();
     this.webhooks = config.webhookUrl === undefined ? undefined
@@ -342,7 +345,7 @@ export class Coordinator {
     const generation = (this.generations[shard] = (this.generations[shard] ?? -1) + 1);
     const listening = new Promise<number>((resolve) => (link.listening = resolve));
     const task: ShardTask = {
-      shard, generation, nodeId: this.nodeId, config: this.config, shared: this.shared.buffer, windows: this.windowBuffers, control: port2, peers,
+      shard, generation, nodeId: this.nodeId, config: this.config, shared: this.shared.buffer, windows: this.windowBuffers, owners: this.owners.buffer, control: port2, peers,
       listenPort, testHooks: this.opts.testHooks, uws: this.opts.uws.uws, corkInPlace: this.corkInPlace,
       revocations: this.control?.revocations.list() ?? [], nodes: [...(this.nodes?.nodes ?? [])],
     };
@@ -464,7 +467,7 @@ export class Coordinator {
 
   /** A presence topic's data, asked of its owner shard (any shard reaches the owner through the mesh). */
   private presence(key: string): Promise<string | undefined> {
-    const link = this.links.get(ownerOf(key, this.config.workers)) ?? this.links.values().next().value;
+    const link = this.links.get(this.owners.ownerOf(key)) ?? this.links.values().next().value;
     if (link === undefined) return Promise.resolve(undefined);
     return this.ask<string | undefined>(link, (rid) => ({ op: 'presence', rid, key }), undefined, 5000);
   }
@@ -489,7 +492,7 @@ export class Coordinator {
    * stood in for by another.
    */
   private async publish(req: PublishRequest): Promise<PublishResult> {
-    const owner = ownerOf(topicKey(req.tenant, req.topic), this.config.workers);
+    const owner = this.owners.ownerOf(topicKey(req.tenant, req.topic));
     const link = this.links.get(owner) ?? (this.config.redisUrl === undefined ? undefined : this.links.values().next().value);
     const tracer = this.opts.tracer ?? null;
     // `sluice.http.publish`: a child of the request's traceparent; the shard's publish span is its child.
@@ -509,7 +512,7 @@ export class Coordinator {
    * while it restarts); in cluster mode any shard reads Redis.
    */
   private history(req: HistoryRequest): Promise<HistoryResult> {
-    const owner = ownerOf(topicKey(req.tenant, req.topic), this.config.workers);
+    const owner = this.owners.ownerOf(topicKey(req.tenant, req.topic));
     const link = this.links.get(owner) ?? (this.config.redisUrl === undefined ? undefined : this.links.values().next().value);
     const gone: HistoryResult = { ok: false, reason: 'unavailable', message: this.config.redisUrl === undefined
       ? `shard ${owner}, which keeps the topic's history, is restarting or did not answer within 5 s; retry later`

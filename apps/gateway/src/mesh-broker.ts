@@ -1,7 +1,7 @@
 import type { MessagePort } from 'node:worker_threads';
 import {
   BrokerUnavailable, type Config, type Delivery, type HistoryRead, idempotencyScope, MemoryIdempotency, ownerOf, PendingRequests,
-  type PublishFields, type PublishResult, type RequestFailure, topicKey,
+  type PublishFields, type PublishResult, type RequestFailure, topicKey, type TopicOwners,
 } from '@sluice/core';
 import { EventClass } from '@sluice/protocol';
 import type { Logger } from '@sluice/telemetry';
@@ -31,10 +31,12 @@ class PeerLink {
 }
 
 /**
- * The embedded broker as a shard sees it. Every topic has an owner shard
- * (`ownerOf`); this shard's TopicOwner serves the topics it owns, and the
+ * The embedded broker as a shard sees it. Every topic has an owner shard,
+ * the one that touched it first (`TopicOwners`, the node's table in shared
+ * memory); this shard's TopicOwner serves the topics it owns, and the
  * others are reached over a full mesh of MessagePorts. A publish to a topic
- * this shard owns is stored and fanned out without leaving the thread.
+ * this shard owns is stored and fanned out without leaving the thread, and
+ * a socket's own topics (joined first on its shard) are owned by its shard.
  * An idempotency key is owned too (`ownerOf(tenant + key)`): a durable
  * publish with a key goes to the key's owner first, which answers a repeat
  * from its table (or joins it to the first publish still on its way) and
@@ -67,6 +69,8 @@ export class MeshBroker implements ShardBroker {
     private readonly shards: number,
     config: Config,
     private readonly log: Logger,
+    /** Who owns which topic: the node's table, shared with the other shards and the coordinator. */
+    private readonly owners: TopicOwners,
   ) {
     // In cluster mode Redis positions the topics (RedisBroker's marks), not the mesh's memory history.
     this.hub = new TopicOwner({ ...config, positionRefreshMs: config.redisUrl === undefined ? config.positionRefreshMs : 0 });
@@ -113,19 +117,24 @@ export class MeshBroker implements ShardBroker {
 
   /** Whether `shard` owns the topic key. */
   ownedBy(key: string, shard: number): boolean {
-    return ownerOf(key, this.shards) === shard;
+    return this.owner(key) === shard;
+  }
+
+  /** The topic key's owner, claimed for this shard if nobody has touched it yet. */
+  private owner(key: string): number {
+    return this.owners.claim(key, this.self);
   }
 
   /** This shard's count of a user's sockets on a presence topic, to the topic's owner. */
   presenceSet(key: string, user: string, n: number): void {
-    const owner = ownerOf(key, this.shards);
+    const owner = this.owner(key);
     if (owner === this.self) this.presence?.set(`s${this.self}`, key, user, n);
     else this.peers.get(owner)?.send({ op: 'pset', topic: key, user, n });
   }
 
   /** The topic's presence now, as the `data` of an answer (encoded by the owner), or null for nobody present. */
   presenceRead(key: string): Promise<string> {
-    const owner = ownerOf(key, this.shards);
+    const owner = this.owner(key);
     if (owner === this.self) return this.readPresence(key);
     const link = this.peers.get(owner);
     if (link === undefined) return Promise.reject(new BrokerUnavailable(`shard ${owner}, owner of the topic, is unavailable`));
@@ -152,7 +161,7 @@ export class MeshBroker implements ShardBroker {
     port.on('close', () => {
       if (this.peers.get(shard) === link) this.peerGone(shard);
     });
-    for (const key of this.subscribed) if (ownerOf(key, this.shards) === shard) link.send({ op: 'sub', rid: 0, topic: key });
+    for (const key of this.subscribed) if (this.owner(key) === shard) link.send({ op: 'sub', rid: 0, topic: key });
     this.peerUp(shard);
   }
 
@@ -173,7 +182,7 @@ export class MeshBroker implements ShardBroker {
    */
   publishThen(tenant: string, req: PublishFields, done: (res: PublishResult) => void): void {
     if (req.idempotencyKey === undefined || req.cls !== EventClass.Durable) {
-      const owner = ownerOf(topicKey(tenant, req.topic), this.shards);
+      const owner = this.owner(topicKey(tenant, req.topic));
       if (owner === this.self) {
         done(this.hub.publish(tenant, req));
         return;
@@ -222,14 +231,14 @@ export class MeshBroker implements ShardBroker {
   }
 
   private publishToOwner(tenant: string, req: PublishFields): Promise<PublishResult> {
-    const owner = ownerOf(topicKey(tenant, req.topic), this.shards);
+    const owner = this.owner(topicKey(tenant, req.topic));
     if (owner === this.self) return Promise.resolve(this.hub.publish(tenant, req));
     return this.request(owner, PUBLISH_REQUEST, (rid) => ({ op: 'pub', rid, tenant, req }));
   }
 
   subscribe(topic: string): Promise<string | undefined> {
     this.subscribed.add(topic);
-    const owner = ownerOf(topic, this.shards);
+    const owner = this.owner(topic);
     if (owner === this.self) {
       const position = this.hub.subscribe(this.self, topic);
       if (this.presence !== null && this.keepsPresence(topic)) {
@@ -243,7 +252,7 @@ export class MeshBroker implements ShardBroker {
 
   unsubscribe(topic: string): void {
     this.subscribed.delete(topic);
-    const owner = ownerOf(topic, this.shards);
+    const owner = this.owner(topic);
     if (owner === this.self) {
       this.hub.unsubscribe(this.self, topic);
       this.presence?.unsubscribe(this.self, topic);
@@ -251,7 +260,7 @@ export class MeshBroker implements ShardBroker {
   }
 
   history(topic: string, since: string | undefined, limit?: number): Promise<HistoryRead> {
-    const owner = ownerOf(topic, this.shards);
+    const owner = this.owner(topic);
     if (owner === this.self) return Promise.resolve(this.hub.history(topic, since, limit));
     return this.request<HistoryRead>(owner, { fail: ownerGone(owner) }, (rid) => ({ op: 'hist', rid, topic, since, limit }));
   }

@@ -8,7 +8,7 @@ import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { MessageChannel } from 'node:worker_threads';
 import { Redis } from 'ioredis';
-import { type Broker, type Config, type Delivery, loadConfig, ownerOf, type PublishFields, type PublishResult, topicKey, topicRedisKeys } from '@sluice/core';
+import { type Broker, type Config, type Delivery, loadConfig, type PublishFields, type PublishResult, topicKey, TopicOwners, topicRedisKeys } from '@sluice/core';
 import { compareEventIdStrings, EventClass } from '@sluice/protocol';
 import { createLogger } from '@sluice/telemetry';
 import { MeshBroker } from '../src/mesh-broker.ts';
@@ -32,9 +32,15 @@ interface Node {
   readonly got: Delivery[];
 }
 
-function pair(cfg: Config = config): [Node, Node, MessageChannel] {
-  const a = new MeshBroker(0, 2, cfg, log);
-  const b = new MeshBroker(1, 2, cfg, log);
+/**
+ * The embedded pairs' table of topic owners: one for the file, so that
+ * `ownedBy` can claim a topic for a shard before the test touches it.
+ */
+const owners = new TopicOwners(2);
+
+function pair(cfg: Config = config, table: TopicOwners = owners): [Node, Node, MessageChannel] {
+  const a = new MeshBroker(0, 2, cfg, log, table);
+  const b = new MeshBroker(1, 2, cfg, log, table);
   const ch = new MessageChannel();
   channels.push(ch);
   a.addPeer(1, ch.port1);
@@ -46,9 +52,9 @@ function pair(cfg: Config = config): [Node, Node, MessageChannel] {
   return [na, nb, ch];
 }
 
-/** A client topic name whose tenant-scoped key is owned by `shard`. */
+/** A client topic name whose tenant-scoped key is owned by `shard` (claimed for it in the embedded pairs' table). */
 function ownedBy(shard: number, prefix: string): string {
-  for (let i = 0; ; i++) if (ownerOf(topicKey('default', `${prefix}${i}`), 2) === shard) return `${prefix}${i}`;
+  for (let i = 0; ; i++) if (owners.claim(topicKey('default', `${prefix}${i}`), shard) === shard) return `${prefix}${i}`;
 }
 
 const durable = (topic: string, data: unknown, idempotencyKey?: string): PublishFields =>
@@ -87,7 +93,7 @@ async function redisPair(mode: 'standalone' | 'cluster', env: Record<string, str
   const cfg = loadConfig({ WS_HISTORY_SIZE: '5', LOG_LEVEL: 'silent', REDIS_URL: server.url, ...(mode === 'cluster' ? { REDIS_CLUSTER: '1' } : {}), ...env },
     { availableParallelism: 1 }).config;
   const nodes = [0, 1].map(() => {
-    const broker = new RedisBroker(0, new MeshBroker(0, 1, cfg, log), cfg, log);
+    const broker = new RedisBroker(0, new MeshBroker(0, 1, cfg, log, new TopicOwners(1)), cfg, log);
     redisBrokers.push(broker);
     const node: Node = { broker, got: [] };
     broker.onDelivery((d) => node.got.push(d));
@@ -453,6 +459,55 @@ describe('embedded broker when the owner shard is gone', () => {
     await assert.rejects(a.broker.history(topicKey('default', lost), '0-0'));
     const ok = await a.broker.publish('default', durable(kept, 1));
     assert.equal(ok.ok, true);
+  });
+});
+
+describe('embedded broker: a topic is owned by the shard that touched it first', () => {
+  test('the first subscriber\'s shard owns it: its publishes are answered inline, the other shard\'s cross to it, one order for both', async () => {
+    const table = new TopicOwners(2);
+    const [a, b] = pair(config, table);
+    const topic = 'first-touch';
+    const key = topicKey('default', topic);
+    assert.equal(table.peek(key), -1, 'nobody owns it yet');
+    await b.broker.subscribe(key);
+    assert.equal(table.peek(key), 1, 'shard 1 joined it first');
+    await a.broker.subscribe(key);
+    assert.equal(table.peek(key), 1, 'a later join does not move it');
+    // Shard 1's publish is its own topic's: done runs before publishThen returns.
+    let inline: PublishResult | undefined;
+    (b.broker as MeshBroker).publishThen('default', durable(topic, 'b1'), (res) => { inline = res; });
+    assert.equal(inline?.ok, true, 'the owner answers inline');
+    // Shard 0's publish crosses to shard 1; the two shards' publishes interleave.
+    const acks = await Promise.all([a.broker.publish('default', durable(topic, 'a1')), b.broker.publish('default', durable(topic, 'b2')),
+      a.broker.publish('default', durable(topic, 'a2'))]);
+    assert.ok(acks.every((r) => r.ok));
+    await eventually(() => a.got.length === 4 && b.got.length === 4);
+    const order = (n: Node): string[] => n.got.map((d) => `${d.id}`);
+    assert.deepEqual(order(a), order(b), 'both shards got one order');
+    const ids = order(a);
+    assert.deepEqual([...ids].sort((x, y) => compareEventIdStrings(x, y) ?? 0), ids, 'in id order');
+    const read = await a.broker.history(key, '0-0');
+    assert.deepEqual(read.events.map((e) => e.id), ids, 'the owner kept them, read from the other shard');
+  });
+
+  test('two shards joining an untouched topic at once agree on one owner', async () => {
+    const table = new TopicOwners(2);
+    const [a, b] = pair(config, table);
+    for (let i = 0; i < 50; i++) {
+      const key = topicKey('default', `race-join-${i}`);
+      // Both claim in the same turn of the event loop, before any message between them.
+      const joins = i % 2 === 0 ? [a.broker.subscribe(key), b.broker.subscribe(key)] : [b.broker.subscribe(key), a.broker.subscribe(key)];
+      await Promise.all(joins);
+      assert.equal(table.peek(key), i % 2 === 0 ? 0 : 1, 'the first claim won');
+    }
+    // Every topic's events reach both shards in one order, whichever owns it.
+    for (let i = 0; i < 50; i++) {
+      await Promise.all([a.broker.publish('default', durable(`race-join-${i}`, 'x')), b.broker.publish('default', durable(`race-join-${i}`, 'y'))]);
+    }
+    await eventually(() => a.got.length === 100 && b.got.length === 100);
+    const byTopic = (n: Node): string[] => n.got.map((d) => `${d.topic} ${d.id}`).sort();
+    assert.deepEqual(byTopic(a), byTopic(b));
+    assert.equal(new Set(byTopic(a)).size, 100, 'two distinct ids per topic');
   });
 });
 

@@ -46,7 +46,11 @@ async function publish(gw: Gateway, topic: string, data: unknown, tenant?: strin
   return ((await res.json()) as { id: string }).id;
 }
 
-/** A topic name (of tenant `default`) whose owner on a node of `shards` shards is `shard`. */
+/**
+ * A topic name (of tenant `default`) whose hash names `shard` on a node of
+ * `shards` shards: its owner once the coordinator (an admin publish or
+ * history read) or a socket of that shard touches it first.
+ */
 function ownedBy(shard: number, prefix: string, shards = 2): string {
   for (let i = 0; ; i++) if (ownerOf(topicKey('default', `${prefix}${i}`), shards) === shard) return `${prefix}${i}`;
 }
@@ -65,7 +69,8 @@ describe('GET /v1/history, one embedded node with two shards', () => {
   test('on topics owned by either shard: the events after since, oldest first, with the ids and data the publishes gave', async () => {
     for (const shard of [0, 1]) {
       const topic = ownedBy(shard, 'h:after');
-      const sub = await Client.connect(gw.url());
+      // Its first toucher, a socket of the shard the hash names, makes it that shard's.
+      const [sub] = (await clientsOnShards(gw.url(), [shard])) as [Client];
       assert.equal((await sub.request({ type: 'join', topic })).status, 'ok');
       const pub = await Client.connect(gw.url());
       const ids = [await publish(gw, topic, { n: 0, s: 'ünï "q"' })];
@@ -196,6 +201,36 @@ describe('GET /v1/history while the owner shard restarts after a crash', () => {
       await eventually(() => gw.logs.some((l) => l.msg === 'shard restarted'), 10_000);
       assert.deepEqual(await history(gw, { topic: lost, since: lostId }), { events: [], recovered: false },
         'the restarted shard cannot vouch for what its predecessor held');
+    } finally {
+      assert.equal(await gw.stop(), 0, gw.stderr());
+    }
+  });
+});
+
+describe('a topic is owned by the shard of its first toucher', () => {
+  test('a socket\'s own topic lives on its shard: its history outlives a crash of the shard the hash would have chosen', async () => {
+    const gw = await startGateway({ WS_WORKERS: '2', SLUICE_TEST_HOOKS: '1' });
+    try {
+      // The hash names shard 1 for this topic; a socket of shard 0 touches it first.
+      const topic = ownedBy(1, 'h:first');
+      const [mine, victim] = await clientsOnShards(gw.url(), [0, 1]);
+      assert.equal((await mine!.request({ type: 'join', topic })).status, 'ok');
+      const ack = await mine!.request({ type: 'publish', topic, data: 'kept' });
+      assert.equal(ack.status, 'ok');
+      const id = (ack.data as { id: string }).id;
+      await mine!.next((f) => f.type === 'event' && f.id === id);
+      victim!.send({ type: 'debug.crash' });
+      await victim!.closedBy();
+      // While shard 1 is down and after it is back, the topic's owner (shard 0) answers with what it keeps.
+      assert.deepEqual(await history(gw, { topic, since: '0-0' }), { events: [{ id, data: 'kept' }], recovered: false });
+      await eventually(() => gw.logs.some((l) => l.msg === 'shard restarted'), 10_000);
+      assert.deepEqual(await history(gw, { topic, since: '0-0' }), { events: [{ id, data: 'kept' }], recovered: false });
+      // A socket of the restarted shard 1 joining since 0-0 gets it replayed from shard 0.
+      const [late] = await clientsOnShards(gw.url(), [1]);
+      const joined = await late!.request({ type: 'join', topic, since: '0-0' });
+      assert.equal(joined.status, 'ok');
+      assert.equal((await late!.next((f) => f.type === 'event' && f.topic === topic)).data, 'kept');
+      for (const c of [mine!, late!]) c.close();
     } finally {
       assert.equal(await gw.stop(), 0, gw.stderr());
     }

@@ -91,6 +91,8 @@ describe('shard crash', () => {
       for (let i = 0; ; i++) if (ownerOf(topicKey('default', `crash:${i}`), 2) === shard) return `crash:${i}`;
     };
     const topics = [owned(0), owned(1)];
+    // A topic is its first toucher's: a makes the first shard 0's, b the second shard 1's.
+    await a!.request({ type: 'join', topic: topics[0]! });
     for (const t of topics) await b!.request({ type: 'join', topic: t });
     a!.send({ type: 'debug.crash' });
     const closed = await a!.closedBy();

@@ -315,7 +315,8 @@ describe('join with since, left before its history arrived', () => {
       for (let i = 0; ; i++) if (ownerOf(topicKey('default', `jl:${i}`), 2) === 1) return `jl:${i}`;
     };
     const topic = owned();
-    const [holder] = await clientsOnShards(gw.url(), [0]);
+    // The holder, on shard 1, joins first: the topic is shard 1's.
+    const [holder] = await clientsOnShards(gw.url(), [1]);
     const [c] = await clientsOnShards(gw.url(), [0]);
     opened.push(holder!, c!);
     assert.equal((await holder!.request({ type: 'join', topic })).status, 'ok');

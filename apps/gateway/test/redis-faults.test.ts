@@ -101,6 +101,8 @@ test('cluster mode: while a crashed shard restarts, joins of the topics its mesh
     for (let i = 0; ; i++) if (ownerOf(topicKey('default', `crashed:${i}`), 2) === 0) return `crashed:${i}`;
   };
   const topic = owned();
+  // a's join makes the topic shard 0's in the node's mesh (its first toucher).
+  assert.equal((await a!.request({ type: 'join', topic })).status, 'ok');
   a!.send({ type: 'debug.crash' });
   await a!.closedBy();
   // Shard 0 is down (restarting after 250 ms): its mesh topics have no owner now.

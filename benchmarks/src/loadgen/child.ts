@@ -12,7 +12,6 @@ import { monoUs, stampNow } from '../lib/clock.ts';
 import { tokenFor } from '../lib/jwt.ts';
 import { encodeHistogram, newHistogram, type Histogram } from '../lib/hist.ts';
 import { openFileLimit } from '../lib/proc.ts';
-import { ownerOf, topicKey } from '@sluice/core';
 import type {
   ChildEvent, ClosesResult, ConnectResult, Envelope, JoinResult, MarkResult, PacedResult, PresenceCheck, PresenceStats, ProbeResult, RefreshResult,
   Request, Response, StopResult, UnstallResult,
@@ -412,7 +411,7 @@ class Generator implements ConnHandlers {
       let sent = 0;
       for (const c of this.conns) {
         if (c.state !== 'ready') continue;
-        c.topic = req.topic ?? ownTopic(c, req.ownShard ?? 0);
+        c.topic = req.topic ?? `bench.${c.id}`;
         c.send(joinFrame(c.target.proto, c.topic));
         sent++;
       }
@@ -1078,18 +1077,3 @@ process.on('message', (msg: Envelope) => {
 });
 
 send({ event: 'hello', pid: process.pid });
-
-/**
- * A socket's own topic, `bench.<id>`; with `workers` (S1 --owned) the first
- * `bench.<id>.<k>` whose owner shard (`ownerOf`, as the gateway's embedded
- * broker places it) is the socket's: no publish crosses threads.
- */
-function ownTopic(c: RawConn, workers: number): string {
-  if (workers <= 1 || c.shard < 0 || c.shard >= workers) return `bench.${c.id}`;
-  // Each k is the socket's shard's with odds 1/workers: 1000 tries do not all miss.
-  for (let k = 0; k < 1000; k++) {
-    const topic = `bench.${c.id}.${k}`;
-    if (ownerOf(topicKey('default', topic), workers) === c.shard) return topic;
-  }
-  throw new Error(`no topic of shard ${c.shard} of ${workers} found for socket ${c.id}`);
-}

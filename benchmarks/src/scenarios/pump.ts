@@ -8,6 +8,7 @@ import type { ConnectResult, JoinResult, StopResult } from '../loadgen/messages.
 import { LoadPool, split } from '../loadgen/pool.ts';
 import type { AuthSpec } from '../lib/jwt.ts';
 import type { ServerProc, TargetSpec } from '../lib/server.ts';
+import { TEST_ADMIN_TOKEN } from '@sluice/gateway/testing';
 import { diff, interleave, sleep, snapshot, type RunOptions, type Sample, type ScenarioId, windowFields } from './common.ts';
 
 export interface PumpConfig {
@@ -20,25 +21,28 @@ export interface PumpConfig {
   procs: number;
   ephemeral: boolean;
   /**
-   * S1 --owned: every socket joins a topic its own shard owns, so that no
-   * publish crosses threads (Sluice with 2 workers; the same as without for
-   * the other targets). Set against the plain run, it measures what a
-   * publish to another shard's topic costs.
+   * S1 --hashed: every socket's topic is owned by the shard its name's hash
+   * names, as all topics were before a topic became its first toucher's:
+   * the harness reads each topic's history through the admin API before
+   * the joins, and the coordinator claims an untouched topic for the
+   * hash's shard. With 2 workers about half the publishes then cross
+   * threads; set against the plain run (none does), it measures what a
+   * crossing costs. The same as without for the other targets.
    */
-  owned?: boolean;
+  hashed?: boolean;
 }
 
 export const S1_DEFAULT: PumpConfig = { scenario: 'S1', sockets: 100, depth: 16, sizes: [32, 1024], warmupMs: 1000, measureMs: 3000, procs: 1, ephemeral: false };
 export const S2_DEFAULT: PumpConfig = { scenario: 'S2', sockets: 50, depth: 1, sizes: [32], warmupMs: 1000, measureMs: 3000, procs: 1, ephemeral: false };
 
-export function sizeLabel(size: number, owned = false): string {
-  return `${size >= 1024 && size % 1024 === 0 ? `${size / 1024}KB` : `${size}B`}${owned ? ', own shard' : ''}`;
+export function sizeLabel(size: number, hashed = false): string {
+  return `${size >= 1024 && size % 1024 === 0 ? `${size / 1024}KB` : `${size}B`}${hashed ? ', hashed owners' : ''}`;
 }
 
 export async function runPump(opts: RunOptions, cfg: PumpConfig): Promise<Sample[]> {
   const pool = await LoadPool.start(cfg.procs, 30 * 60_000);
   try {
-    const keys = cfg.sizes.map((size) => ({ scenario: cfg.scenario, variant: sizeLabel(size, cfg.owned) }));
+    const keys = cfg.sizes.map((size) => ({ scenario: cfg.scenario, variant: sizeLabel(size, cfg.hashed) }));
     return await interleave(opts, keys, async (srv, spec, repeat) => {
       const out: Sample[] = [];
       for (const size of cfg.sizes) out.push(await pumpOnce(pool, srv, spec, repeat, size, cfg));
@@ -55,7 +59,7 @@ export async function runPump(opts: RunOptions, cfg: PumpConfig): Promise<Sample
  * `variant` names the sample (default: the payload size).
  */
 export async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec, repeat: number, size: number, cfg: PumpConfig,
-  auth?: AuthSpec, variant = sizeLabel(size, cfg.owned)): Promise<Sample> {
+  auth?: AuthSpec, variant = sizeLabel(size, cfg.hashed)): Promise<Sample> {
   const counts = split(cfg.sockets, pool.size);
   let base = 0;
   const bases = counts.map((c) => { const b = base; base += c; return b; });
@@ -68,8 +72,8 @@ export async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec
     }));
     const ready = conn.reduce((a, c) => a + c.ready, 0);
     if (ready < cfg.sockets) throw new Error(`only ${ready}/${cfg.sockets} sockets connected: ${JSON.stringify(conn.map((c) => c.reasons))}`);
-    const ownShard = cfg.owned === true && spec.proto === 'sluice' ? spec.threads : 0;
-    const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000, ownShard }));
+    if (cfg.hashed === true && spec.proto === 'sluice') await claimByHash(srv.adminPort, cfg.sockets);
+    const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000 }));
     const joined = joins.reduce((a, j) => a + j.joined, 0);
     if (joined < cfg.sockets) throw new Error(`only ${joined}/${cfg.sockets} joins succeeded (${joins.reduce((a, j) => a + j.errors, 0)} errors)`);
     await pool.all(() => ({ op: 'pump', depth: cfg.depth, size, ephemeral: cfg.ephemeral }));
@@ -98,5 +102,18 @@ export async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec
     };
   } finally {
     await pool.all(() => ({ op: 'reset' }));
+  }
+}
+
+/**
+ * S1 --hashed: reads the history of every socket's topic (`bench.<id>`,
+ * ids 0 to sockets - 1) through the admin API before any socket touches
+ * it, so that the coordinator claims each for the shard its hash names.
+ */
+export async function claimByHash(adminPort: number | undefined, sockets: number): Promise<void> {
+  if (adminPort === undefined) throw new Error('--hashed needs the gateway\'s admin port');
+  for (let id = 0; id < sockets; id++) {
+    const res = await fetch(`http://127.0.0.1:${adminPort}/v1/history?topic=bench.${id}`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
+    if (res.status !== 200) throw new Error(`GET /v1/history of bench.${id}: ${res.status} ${await res.text()}`);
   }
 }

@@ -5,7 +5,7 @@
 // printed per function, self and inclusive. The profiles are written to
 // benchmarks/runs/ (open them in Chrome's DevTools, Performance panel).
 //
-//   node --import tsx benchmarks/src/tools/shard-profile.ts s1 [--seconds 5] [--size 32] [--owned]
+//   node --import tsx benchmarks/src/tools/shard-profile.ts s1 [--seconds 5] [--size 32] [--hashed]
 //   node --import tsx benchmarks/src/tools/shard-profile.ts s5 [--sockets 15000] [--rounds 2]
 //   WS_WORKERS=1 node --import tsx benchmarks/src/tools/shard-profile.ts s1 [--from-source]
 //   node --import tsx benchmarks/src/tools/shard-profile.ts s1 --alloc   # bytes allocated per function instead (sampled)
@@ -21,6 +21,7 @@ import { parseArgs } from 'node:util';
 import type { ConnectResult, JoinResult } from '../loadgen/messages.ts';
 import { LoadPool, split } from '../loadgen/pool.ts';
 import { SOURCES } from '../scenarios/connect.ts';
+import { claimByHash } from '../scenarios/pump.ts';
 import { profileShares, startInspected } from '../lib/inspector.ts';
 import { startRedis } from '@sluice/redis/testing';
 import { BENCH_ROOT } from '../lib/spawn.ts';
@@ -28,7 +29,7 @@ import { BENCH_ROOT } from '../lib/spawn.ts';
 const { positionals, values } = parseArgs({
   allowPositionals: true,
   options: {
-    seconds: { type: 'string', default: '5' }, size: { type: 'string', default: '32' }, owned: { type: 'boolean', default: false },
+    seconds: { type: 'string', default: '5' }, size: { type: 'string', default: '32' }, hashed: { type: 'boolean', default: false },
     sockets: { type: 'string' }, rounds: { type: 'string', default: '2' }, top: { type: 'string', default: '30' },
     'from-source': { type: 'boolean', default: false }, alloc: { type: 'boolean', default: false }, redis: { type: 'boolean', default: false },
   },
@@ -70,13 +71,13 @@ async function main(): Promise<void> {
       what = `idle: ${ready} sockets open, no traffic, ${values.seconds} s`;
     } else if (load === 's1') {
       const ready = await connect(sockets, 100);
-      const ownShard = values.owned ? workers : 0;
-      const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000, ownShard }));
+      if (values.hashed) await claimByHash(gw.adminPort, sockets);
+      const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000 }));
       await pool.all(() => ({ op: 'pump', depth: 16, size: Number(values.size), ephemeral: false }));
       await new Promise((r) => setTimeout(r, 1000));
       await (values.alloc ? insp.startAllocations() : insp.startProfiles());
       await new Promise((r) => setTimeout(r, Number(values.seconds) * 1000));
-      what = `S1: ${ready} sockets (${joins.reduce((a, j) => a + j.joined, 0)} joined${values.owned ? ' to topics of their own shard' : ''}), ` +
+      what = `S1: ${ready} sockets (${joins.reduce((a, j) => a + j.joined, 0)} joined${values.hashed ? ' to topics owned by their hash\'s shard' : ''}), ` +
         `16 publishes of ${values.size} B in flight each, ${values.seconds} s`;
     } else {
       await pool.all(() => ({ op: 'reset' }), 30_000);

@@ -98,16 +98,21 @@ export class BrokerUnavailable extends Error {
   }
 }
 
-/**
- * The shard that owns a topic key in embedded mode: it sequences the topic's
- * events, keeps its history and idempotency records, and knows which shards
- * subscribe. FNV-1a, so every thread computes the same owner without talking.
- */
-export function ownerOf(key: string, shards: number): number {
+/** FNV-1a of a string's UTF-16 code units, unsigned: every thread computes the same value without talking. */
+export function fnv1a(key: string): number {
   let h = 0x811c9dc5;
   for (let i = 0; i < key.length; i++) {
     h ^= key.charCodeAt(i);
     h = Math.imul(h, 0x01000193);
   }
-  return (h >>> 0) % shards;
+  return h >>> 0;
+}
+
+/**
+ * The hash's shard for a key in embedded mode. An idempotency key's owner
+ * (it keeps the key's record) is this; a topic's owner is whoever first
+ * touched it (`TopicOwners`), and this when the coordinator touched it first.
+ */
+export function ownerOf(key: string, shards: number): number {
+  return fnv1a(key) % shards;
 }

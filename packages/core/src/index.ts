@@ -5,6 +5,7 @@ export * from './history.ts';
 export * from './map-pass.ts';
 export * from './idempotency.ts';
 export * from './broker.ts';
+export * from './owners.ts';
 export * from './keys.ts';
 export * from './splice.ts';
 export * from './requests.ts';

@@ -10,7 +10,7 @@
  * parts: admission (upgrades), session (frames and commands), topics,
  * recovery, fan-out (with the slow lane), replies, drain, metrics, tracing.
  */
-import { BrokerUnavailable, effectiveSlowBufferBytes, type HistoryRequest, PendingRequests, retryHint, Revocations, topicKey, type UserSocketStore,
+import { BrokerUnavailable, effectiveSlowBufferBytes, type HistoryRequest, PendingRequests, retryHint, Revocations, topicKey, TopicOwners, type UserSocketStore,
   type WindowState } from '@sluice/core';
 import { RedisUserSockets } from '@sluice/redis';
 import { eventFrameData, PROTOCOL_VERSION } from '@sluice/protocol';
@@ -122,6 +122,7 @@ class Shard {
       shard: task.shard, config: cfg, log: ctx.log, registry,
       localSettle: (hits, limit, windowMs, now) => this.settles.request((rid) => this.tell({ op: 'settle', rid, hits, limit, windowMs, now })),
       windows: task.windows === undefined ? undefined : sharedWindows(cfg, task.windows, task.shard, true),
+      owners: new TopicOwners(cfg.workers, task.owners),
     });
     this.broker = this.backplane.broker;
     this.limits = this.backplane.limits;

@@ -16,6 +16,8 @@ export interface ShardTask {
   readonly shared: SharedArrayBuffer;
   /** Embedded mode: the node's upgrade windows in shared memory; undefined in cluster mode (Redis counts them). */
   readonly windows: SharedWindowBuffers | undefined;
+  /** The node's table of topic owners (`TopicOwners`), the same buffer for every shard and its restarts. */
+  readonly owners: SharedArrayBuffer;
   /** To and from the coordinator. */
   readonly control: MessagePort;
   /** One port to every other shard. */

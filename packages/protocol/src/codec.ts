@@ -27,11 +27,15 @@ export function decodeClientFrame(text: string): DecodeResult {
   } catch {
     return bad(undefined, 'frame is not valid JSON');
   }
-  return decodeFrameObject(raw);
+  return decodeFrameObject(raw, text);
 }
 
-/** Validates an already parsed frame (the admin publish API parses its body itself). */
-export function decodeFrameObject(raw: unknown): DecodeResult {
+/**
+ * Validates an already parsed frame (the admin publish API parses its body
+ * itself). With `text`, the JSON the frame was parsed from, a publish's
+ * `dataJson` is the data's own text in it (`rawMember`), not serialized again.
+ */
+export function decodeFrameObject(raw: unknown, text?: string): DecodeResult {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
     return bad(undefined, 'frame must be a JSON object');
   }
@@ -59,7 +63,7 @@ export function decodeFrameObject(raw: unknown): DecodeResult {
       return { ok: true, frame: { type: f.type, ref, topic } };
     }
     case 'publish':
-      return decodePublish(f, ref);
+      return decodePublish(f, ref, text);
     case 'refresh': {
       const token = f.token;
       if (typeof token !== 'string' || token.length === 0 || token.length > MAX_TOKEN_LENGTH) {
@@ -84,7 +88,7 @@ function isTopic(topic: unknown): topic is string {
   return typeof topic === 'string' && TOPIC_PATTERN.test(topic);
 }
 
-function decodePublish(f: Record<string, unknown>, ref: string | undefined): DecodeResult {
+function decodePublish(f: Record<string, unknown>, ref: string | undefined, text: string | undefined): DecodeResult {
   const topic = f.topic;
   if (!isTopic(topic)) return bad(ref, topicMessage);
   if (!('data' in f) || f.data === undefined) return bad(ref, 'publish needs data (any JSON value)');
@@ -105,12 +109,14 @@ function decodePublish(f: Record<string, unknown>, ref: string | undefined): Dec
   if (traceparent !== undefined && (typeof traceparent !== 'string' || !TRACEPARENT_PATTERN.test(traceparent))) {
     return bad(ref, 'traceparent must be a W3C Trace Context traceparent');
   }
-  let dataJson: string;
-  try {
-    dataJson = JSON.stringify(f.data);
-  } catch {
-    // JSON.parse takes nesting that JSON.stringify's recursion cannot (about 16k levels of arrays).
-    return bad(ref, 'data is nested too deeply');
+  let dataJson = text === undefined ? undefined : rawMember(text, 'data');
+  if (dataJson === undefined) {
+    try {
+      dataJson = JSON.stringify(f.data);
+    } catch {
+      // JSON.parse takes nesting that JSON.stringify's recursion cannot (about 16k levels of arrays).
+      return bad(ref, 'data is nested too deeply');
+    }
   }
   return {
     ok: true,
@@ -125,6 +131,97 @@ function decodePublish(f: Record<string, unknown>, ref: string | undefined): Dec
       traceparent: traceparent as string | undefined,
     },
   };
+}
+
+/** Nesting past which `rawMember` gives up (and the caller serializes the value, which may refuse it). */
+const RAW_MAX_DEPTH = 512;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+
+/**
+ * The JSON text of the top-level member `name` of `text`, which must be a
+ * JSON object that JSON.parse accepted: exactly the value's characters as
+ * the client wrote them, without the whitespace around it, the last such
+ * member when the name repeats (as JSON.parse takes it). Undefined when the
+ * member is absent, when any top-level name is written with an escape (its
+ * text is then not its name), or when the value nests deeper than
+ * RAW_MAX_DEPTH: the caller serializes the parsed value instead. The scan
+ * skips strings with indexOf, so a long string costs little.
+ */
+export function rawMember(text: string, name: string): string | undefined {
+  let i = skipSpace(text, 0) + 1;
+  let start = -1;
+  let end = -1;
+  // The first backslash at or after the current name: found again only once passed, so the scans for it add up to one pass.
+  let escape = text.indexOf('\\');
+  for (;;) {
+    i = skipSpace(text, i);
+    if (text.charCodeAt(i) !== QUOTE) break;
+    const keyEnd = text.indexOf('"', i + 1);
+    if (escape !== -1 && escape <= i) escape = text.indexOf('\\', i + 1);
+    if (escape !== -1 && escape < keyEnd) return undefined;
+    const isName = keyEnd - i - 1 === name.length && text.startsWith(name, i + 1);
+    i = skipSpace(text, skipSpace(text, keyEnd + 1) + 1);
+    const valueEnd = skipValue(text, i);
+    if (valueEnd < 0) return undefined;
+    if (isName) {
+      start = i;
+      end = valueEnd;
+    }
+    i = skipSpace(text, valueEnd);
+    if (text.charCodeAt(i) !== 0x2c) break;
+    i++;
+  }
+  return start < 0 ? undefined : text.slice(start, end);
+}
+
+function skipSpace(text: string, i: number): number {
+  for (;;) {
+    const c = text.charCodeAt(i);
+    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) return i;
+    i++;
+  }
+}
+
+/** From a string's opening quote to just after its closing one. */
+function skipString(text: string, i: number): number {
+  let from = i + 1;
+  for (;;) {
+    const q = text.indexOf('"', from);
+    let b = q - 1;
+    while (text.charCodeAt(b) === BACKSLASH) b--;
+    // An even run of backslashes before the quote escapes itself, not the quote.
+    if ((q - 1 - b) % 2 === 0) return q + 1;
+    from = q + 1;
+  }
+}
+
+/** From a value's first character to just after it; -1 past RAW_MAX_DEPTH. */
+function skipValue(text: string, i: number): number {
+  const c = text.charCodeAt(i);
+  if (c === QUOTE) return skipString(text, i);
+  if (c === 0x7b || c === 0x5b) {
+    let depth = 1;
+    i++;
+    while (depth > 0) {
+      const d = text.charCodeAt(i);
+      if (d === QUOTE) {
+        i = skipString(text, i);
+        continue;
+      }
+      if (d === 0x7b || d === 0x5b) {
+        if (++depth > RAW_MAX_DEPTH) return -1;
+      } else if (d === 0x7d || d === 0x5d) depth--;
+      i++;
+    }
+    return i;
+  }
+  // A number, true, false or null: up to the next delimiter.
+  for (;;) {
+    const d = text.charCodeAt(i);
+    if (d === 0x2c || d === 0x7d || d === 0x5d || d === 0x20 || d === 0x0a || d === 0x0d || d === 0x09 || Number.isNaN(d)) return i;
+    i++;
+  }
 }
 
 // Printable ASCII only: the head is read as latin1, so anything else would

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import {
   decodeClientFrame, encodeError, encodeEvent, encodeEventFrame, encodePong, eventFrameData, encodeRejection, encodeReplyError, encodeReplyOk,
-  peekRef, PEEK_REF_BYTES, welcomeFrame, welcomePrefix,
+  peekRef, PEEK_REF_BYTES, rawMember, welcomeFrame, welcomePrefix,
 } from '../src/codec.ts';
 import type { DecodeResult } from '../src/codec.ts';
 import { EventClass } from '../src/frames.ts';
@@ -568,5 +568,63 @@ describe('decodeClientFrame: hostile shapes', () => {
     // Ordinary nesting is kept as it was sent.
     const ok = decodeClientFrame(`{"type":"publish","topic":"t","data":${'['.repeat(100)}1${']'.repeat(100)}}`);
     assert.ok(ok.ok && ok.frame.type === 'publish' && ok.frame.dataJson === `${'['.repeat(100)}1${']'.repeat(100)}`);
+  });
+});
+
+describe('decodeClientFrame: a publish\'s data is the text the client sent (rawMember)', () => {
+  const dataOf = (text: string): string => {
+    const r = decodeClientFrame(text);
+    assert.ok(r.ok && r.frame.type === 'publish', text);
+    return (r.frame as PublishFrame).dataJson;
+  };
+
+  test('the value\'s own characters: its inner whitespace kept, the whitespace around it not', () => {
+    assert.equal(dataOf('{"type":"publish","topic":"t","data":{"a": [1, 2.50, "x"] }}'), '{"a": [1, 2.50, "x"] }');
+    assert.equal(dataOf('{ "data" :\n\t[ 1 ,2 ]\r\n , "type" : "publish" , "topic":"t" }'), '[ 1 ,2 ]');
+    assert.equal(dataOf('{"type":"publish","topic":"t","data":1e400}'), '1e400', 'a number is not rounded through a double');
+    assert.equal(dataOf('{"type":"publish","topic":"t","data":"\\u00fc \\ud800"}'), '"\\u00fc \\ud800"');
+  });
+
+  test('strings that hold quotes, backslashes, braces or "data": are skipped whole', () => {
+    assert.equal(dataOf('{"type":"publish","x":"\\"data\\":5}","topic":"t","data":"a\\\\\\"}b\\\\","y":"\\\\"}'), '"a\\\\\\"}b\\\\"');
+    assert.equal(dataOf('{"type":"publish","meta":{"data":9,"s":"}"},"topic":"t","data":[{"data":1}]}'), '[{"data":1}]');
+    assert.equal(rawMember('{"type":"publish","meta":{"data":9},"topic":"t"}', 'data'), undefined, 'a nested "data" is not the member');
+  });
+
+  test('a repeated member is the last, as JSON.parse takes it; a name written with an escape leaves it to JSON.stringify', () => {
+    assert.equal(dataOf('{"type":"publish","topic":"t","data":1,"data":[2]}'), '[2]');
+    assert.equal(rawMember('{"type":"publish","topic":"t","data":1,"d\\u0061ta":[2]}', 'data'), undefined);
+    assert.equal(dataOf('{"type":"publish","topic":"t","data":1,"d\\u0061ta":[ 2 ]}'), '[2]', 'serialized from the parsed value');
+    assert.equal(dataOf('{"type":"publish","topic":"t","data":{"k":1},"\\"":0}'), '{"k":1}');
+  });
+
+  test('deep nesting past 512 levels is serialized from the parsed value', () => {
+    const deep = `${'['.repeat(600)}1${']'.repeat(600)}`;
+    assert.equal(rawMember(`{"type":"publish","topic":"t","data":${deep}}`, 'data'), undefined);
+    assert.equal(dataOf(`{"type":"publish","topic":"t","data":${deep}}`), deep);
+  });
+
+  test('for any JSON frame: the data\'s text, valid JSON equal to what JSON.parse read, and an event made of it has only its own members', () => {
+    const space = fc.constantFrom('', ' ', '\n', '\t ', '\r\n  ');
+    const name = fc.constantFrom('data', 'type', 'topic', 'meta', 'x', 'd', 'datum', 'Data', '__proto__', '');
+    const member = fc.tuple(name, fc.jsonValue({ maxDepth: 4 }), space, space, fc.boolean());
+    fc.assert(fc.property(fc.array(member, { maxLength: 6 }), fc.jsonValue({ maxDepth: 4 }), fc.nat(6), space,
+      (extra, data, at, ws) => {
+        const members = extra.filter(([n]) => n !== 'type' && n !== 'topic')
+          .map(([n, v, a, b, indent]) => `${a}${JSON.stringify(n)}${b}:${a}${JSON.stringify(v, null, indent ? 2 : undefined)}${b}`);
+        const dataText = JSON.stringify(data, null, at % 2 === 0 ? undefined : 1);
+        members.splice(Math.min(at, members.length), 0, `${ws}"data"${ws}:${ws}${dataText}${ws}`);
+        const text = `{"type":"publish",${ws}"topic":"t",${members.join(',')}}`;
+        const parsed = JSON.parse(text) as { data: unknown };
+        const r = decodeClientFrame(text);
+        assert.ok(r.ok && r.frame.type === 'publish');
+        const got = (r.frame as PublishFrame).dataJson;
+        assert.deepEqual(JSON.parse(got), parsed.data);
+        const lastData = members.filter((m) => /^\s*"data"/.test(m)).at(-1)!;
+        assert.equal(got, lastData.slice(lastData.indexOf(':') + 1).trim(), 'the last data member\'s text');
+        const ev = JSON.parse(encodeEventFrame({ topic: 't', key: undefined, dataJson: got, traceparent: undefined }, '1-0')) as Record<string, unknown>;
+        assert.deepEqual(Object.keys(ev), ['type', 'topic', 'id', 'data']);
+        assert.deepEqual(ev.data, parsed.data);
+      }), { numRuns: 2000, seed: 0x51ce });
   });
 });

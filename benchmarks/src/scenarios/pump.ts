@@ -72,7 +72,7 @@ export async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec
     }));
     const ready = conn.reduce((a, c) => a + c.ready, 0);
     if (ready < cfg.sockets) throw new Error(`only ${ready}/${cfg.sockets} sockets connected: ${JSON.stringify(conn.map((c) => c.reasons))}`);
-    if (cfg.hashed === true && spec.proto === 'sluice') await claimByHash(srv.adminPort, cfg.sockets);
+    if (cfg.hashed === true && spec.name.startsWith('sluice') && spec.threads > 1) await claimByHash(srv.adminPort, cfg.sockets);
     const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000 }));
     const joined = joins.reduce((a, j) => a + j.joined, 0);
     if (joined < cfg.sockets) throw new Error(`only ${joined}/${cfg.sockets} joins succeeded (${joins.reduce((a, j) => a + j.errors, 0)} errors)`);

@@ -411,7 +411,7 @@ class Generator implements ConnHandlers {
       let sent = 0;
       for (const c of this.conns) {
         if (c.state !== 'ready') continue;
-        c.topic = req.topic ?? `bench.${c.id}`;
+        c.topic = req.topic ?? `${req.prefix ?? 'bench'}.${c.id}`;
         c.send(joinFrame(c.target.proto, c.topic));
         sent++;
       }

@@ -23,7 +23,7 @@ export type Request =
   /** Every ready socket sends one `refresh` with its signed token, `concurrency` awaiting their reply at most; resolves when all answered. */
   | { op: 'refresh'; concurrency: number; timeoutMs: number }
   /** Every ready socket joins `topic`, or its own topic `bench.<id>` when topic is null. */
-  | { op: 'join'; topic: string | null; timeoutMs: number }
+  | { op: 'join'; /** null: each socket its own topic, `<prefix>.<socket id>` (prefix default `bench`). */ topic: string | null; timeoutMs: number; prefix?: string }
   /** Closed loop on every socket: `depth` publishes in flight to the socket's own topic, counted at the reply. */
   | { op: 'pump'; depth: number; size: number; ephemeral: boolean }
   /** Count and check events of the fan-out sequence on every socket; report progress. */

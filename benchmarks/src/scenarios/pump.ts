@@ -72,8 +72,11 @@ export async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec
     }));
     const ready = conn.reduce((a, c) => a + c.ready, 0);
     if (ready < cfg.sockets) throw new Error(`only ${ready}/${cfg.sockets} sockets connected: ${JSON.stringify(conn.map((c) => c.reasons))}`);
-    if (cfg.hashed === true && spec.name.startsWith('sluice') && spec.threads > 1) await claimByHash(srv.adminPort, cfg.sockets);
-    const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000 }));
+    // Topics of this measurement's own: a size's sockets are new connections on the same gateway, and
+    // the earlier size's topics keep the owners their first sockets gave them (a shard picked anew per socket).
+    const prefix = `bench.${variant.replace(/[^A-Za-z0-9]/g, '')}`;
+    if (cfg.hashed === true && spec.name.startsWith('sluice') && spec.threads > 1) await claimByHash(srv.adminPort, prefix, cfg.sockets);
+    const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000, prefix }));
     const joined = joins.reduce((a, j) => a + j.joined, 0);
     if (joined < cfg.sockets) throw new Error(`only ${joined}/${cfg.sockets} joins succeeded (${joins.reduce((a, j) => a + j.errors, 0)} errors)`);
     await pool.all(() => ({ op: 'pump', depth: cfg.depth, size, ephemeral: cfg.ephemeral }));
@@ -106,14 +109,14 @@ export async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec
 }
 
 /**
- * S1 --hashed: reads the history of every socket's topic (`bench.<id>`,
+ * S1 --hashed: reads the history of every socket's topic (`<prefix>.<id>`,
  * ids 0 to sockets - 1) through the admin API before any socket touches
  * it, so that the coordinator claims each for the shard its hash names.
  */
-export async function claimByHash(adminPort: number | undefined, sockets: number): Promise<void> {
+export async function claimByHash(adminPort: number | undefined, prefix: string, sockets: number): Promise<void> {
   if (adminPort === undefined) throw new Error('--hashed needs the gateway\'s admin port');
   for (let id = 0; id < sockets; id++) {
-    const res = await fetch(`http://127.0.0.1:${adminPort}/v1/history?topic=bench.${id}`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
-    if (res.status !== 200) throw new Error(`GET /v1/history of bench.${id}: ${res.status} ${await res.text()}`);
+    const res = await fetch(`http://127.0.0.1:${adminPort}/v1/history?topic=${prefix}.${id}`, { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
+    if (res.status !== 200) throw new Error(`GET /v1/history of ${prefix}.${id}: ${res.status} ${await res.text()}`);
   }
 }

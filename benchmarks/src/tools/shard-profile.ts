@@ -71,7 +71,7 @@ async function main(): Promise<void> {
       what = `idle: ${ready} sockets open, no traffic, ${values.seconds} s`;
     } else if (load === 's1') {
       const ready = await connect(sockets, 100);
-      if (values.hashed) await claimByHash(gw.adminPort, sockets);
+      if (values.hashed) await claimByHash(gw.adminPort, 'bench', sockets);
       const joins = await pool.all<JoinResult>(() => ({ op: 'join', topic: null, timeoutMs: 10_000 }));
       await pool.all(() => ({ op: 'pump', depth: 16, size: Number(values.size), ephemeral: false }));
       await new Promise((r) => setTimeout(r, 1000));

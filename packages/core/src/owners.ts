@@ -63,14 +63,4 @@ export class TopicOwners {
   peek(key: string): number {
     return Atomics.load(this.slots, fnv1a(key) & MASK) - 1;
   }
-
-  /** How many slots are claimed, by shard (a scan of the table: for metrics and tests, not the hot path). */
-  claimed(): number[] {
-    const by = new Array<number>(this.shards).fill(0);
-    for (let i = 0; i < OWNER_SLOTS; i++) {
-      const v = Atomics.load(this.slots, i);
-      if (v !== 0 && v <= this.shards) by[v - 1]!++;
-    }
-    return by;
-  }
 }

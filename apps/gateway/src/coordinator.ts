@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Piscina } from 'piscina';
 import { actionOf, type Config, type ControlCommand, describeCommand, type DrainPace, MemoryUserSockets, drainBudget, effectiveSlowBufferBytes, MemoryWindowStore, PendingRequests, shareBudget,
-  type HistoryRequest, type HistoryResult, type PublishRequest, type PublishResult, redactedConfig, type RequestTimers, topicKey, TopicOwners } from '@sluice/core';
+  type HistoryRequest, type HistoryResult, type PublishRequest, type PublishResult, redactedConfig, type RequestTimers, topicKey, OWNER_SLOTS, TopicOwners } from '@sluice/core';
 import { counterFrom, endSpan, gaugeFrom, type Logger, type MetricsJson, registerProcessMetrics, registerThreadMetrics,
   Registry, SpanKind, startSpan, type Tracer, traceparentOf } from '@sluice/telemetry';
 import { createAdminServer } from './admin.ts';
@@ -565,6 +565,8 @@ export class Coordinator {
     counterFrom(r, 'sluice_revocations_applied_total', 'Revocations this node learned (its admin API, another node, or a reload from redis).',
       undefined, () => this.control?.applied ?? 0);
     gaugeFrom(r, 'sluice_revocations', 'Revocations in force that this node holds in memory.', () => this.control?.revocations.size ?? 0, 'max');
+    gaugeFrom(r, 'sluice_topic_owner_slots', `Slots of the node's topic owner table that a shard has claimed, of ${OWNER_SLOTS}: near that, a new topic is owned by whichever shard first touched its slot.`,
+      () => this.owners.claimedSlots(), 'max');
     counterFrom(r, 'sluice_control_commands_received_total', 'Admin commands from other nodes carried out here (cluster mode).', undefined,
       () => this.control?.received ?? 0);
     counterFrom(r, 'sluice_control_messages_ignored_total',

@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ownerOf, topicKey } from '@sluice/core';
 import { type RedisCluster, type RedisServer, startRedis, startRedisCluster } from '@sluice/redis/testing';
-import { Client, clientsOnShards, eventually, type Gateway, startGateway, TEST_ADMIN_TOKEN } from './harness.ts';
+import { Client, clientsOnShards, eventually, type Gateway, metricValue, startGateway, TEST_ADMIN_TOKEN } from './harness.ts';
 
 interface HistoryEvent {
   readonly id: string;
@@ -214,7 +214,9 @@ describe('a topic is owned by the shard of its first toucher', () => {
       // The hash names shard 1 for this topic; a socket of shard 0 touches it first.
       const topic = ownedBy(1, 'h:first');
       const [mine, victim] = await clientsOnShards(gw.url(), [0, 1]);
+      const slots = await metricValue(gw, 'sluice_topic_owner_slots');
       assert.equal((await mine!.request({ type: 'join', topic })).status, 'ok');
+      assert.equal(await metricValue(gw, 'sluice_topic_owner_slots'), slots + 1, 'the join claimed its topic\'s slot');
       const ack = await mine!.request({ type: 'publish', topic, data: 'kept' });
       assert.equal(ack.status, 'ok');
       const id = (ack.data as { id: string }).id;

@@ -20,6 +20,7 @@ test('a topic is its first claimant\'s, for good; the coordinator claims for the
   // Three slots claimed in the buffer, each holding its owner + 1.
   const held = [...new Uint16Array(owners.buffer)].filter((v) => v !== 0).sort();
   assert.deepEqual(held, [1, 3, hashed + 1].sort());
+  assert.equal(owners.claimedSlots(), 3);
 });
 
 test('two topics in one slot share its owner; the table is the node\'s, shared by views of one buffer', () => {

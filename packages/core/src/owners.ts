@@ -40,23 +40,21 @@ export class TopicOwners {
 
   /** The owner of the topic key; a topic no shard owns yet becomes `claimant`'s. */
   claim(key: string, claimant: number): number {
-    const h = fnv1a(key);
-    const slot = h & MASK;
-    const cur = Atomics.load(this.slots, slot);
-    if (cur !== 0) return cur - 1;
-    const prev = Atomics.compareExchange(this.slots, slot, 0, claimant + 1);
-    return prev === 0 ? claimant : prev - 1;
+    return this.claimSlot(fnv1a(key), claimant);
   }
 
   /** The owner of the topic key, claiming an unclaimed one for the hash's shard (for the coordinator, which owns nothing). */
   ownerOf(key: string): number {
     const h = fnv1a(key);
+    return this.claimSlot(h, h % this.shards);
+  }
+
+  private claimSlot(h: number, claimant: number): number {
     const slot = h & MASK;
     const cur = Atomics.load(this.slots, slot);
     if (cur !== 0) return cur - 1;
-    const hashed = h % this.shards;
-    const prev = Atomics.compareExchange(this.slots, slot, 0, hashed + 1);
-    return prev === 0 ? hashed : prev - 1;
+    const prev = Atomics.compareExchange(this.slots, slot, 0, claimant + 1);
+    return prev === 0 ? claimant : prev - 1;
   }
 
   /** The owner of the topic key, or -1 while no shard has claimed it. */

@@ -35,29 +35,24 @@ test('two topics in one slot share its owner; the table is the node\'s, shared b
   assert.throws(() => new TopicOwners(2, new SharedArrayBuffer(16)), /owner table takes 524288 bytes/);
 });
 
-test('threads claiming the same topics at once all get one owner per topic: the compare-and-swap\'s winner', async () => {
+test('threads claiming the same topics at once are all told one owner per topic: the compare-and-swap\'s winner', async (t) => {
   const shards = 4;
   const keys = 60_000;
   const owners = new TopicOwners(shards);
-  const start = new SharedArrayBuffer(8);
+  const barrier = new SharedArrayBuffer(4);
   const outs = Array.from({ length: shards }, () => new SharedArrayBuffer(keys * 2));
+  const lost = Array.from({ length: shards }, () => new SharedArrayBuffer(4));
   const workers = outs.map((out, shard) => new Worker(new URL('./fixtures/owners-claimer.mjs', import.meta.url), {
-    workerData: { table: owners.buffer, start, shard, shards, keys, out },
+    workerData: { table: owners.buffer, barrier, shard, shards, keys, batch: 256, out, lost: lost[shard] },
   }));
-  const go = new Int32Array(start);
-  // Every thread is waiting on the start word before any claims.
-  while (Atomics.load(go, 1) < shards) await new Promise((r) => setTimeout(r, 5));
-  Atomics.store(go, 0, 1);
-  Atomics.notify(go, 0);
   await Promise.all(workers.map((w) => new Promise((resolve, reject) => { w.once('exit', resolve); w.once('error', reject); })));
   const got = outs.map((o) => new Int16Array(o));
-  const byShard = new Array<number>(shards).fill(0);
   for (let i = 0; i < keys; i++) {
     const owner = owners.peek(`room:${i}`);
     assert.ok(owner >= 0 && owner < shards, `room:${i} is claimed`);
     for (let s = 0; s < shards; s++) if (got[s]![i] !== owner) assert.fail(`room:${i}: thread ${s} was told ${got[s]![i]}, the table says ${owner}`);
-    byShard[owner]!++;
   }
-  // Each thread started on its own quarter: each won topics (the claims raced, none was shut out).
-  for (let s = 0; s < shards; s++) assert.ok(byShard[s]! > keys / shards / 4, `thread ${s} owns ${byShard[s]} of ${keys}`);
+  // Who won how many depends on the OS's scheduling, not on the table: reported, not asserted.
+  const won = Array.from({ length: shards }, (_, s) => got[s]!.reduce((n, o) => n + (o === s ? 1 : 0), 0));
+  t.diagnostic(`topics won per thread: ${won.join(', ')}; races lost (unclaimed when looked at, another's when claimed): ${lost.map((l) => new Int32Array(l)[0]).join(', ')}`);
 });

@@ -389,6 +389,16 @@ describe('Redis history keys (standalone)', () => {
       const old = topicKey('default', 'mark-old');
       await redis.xadd(topicRedisKeys(old).stream, `${Date.now() - 600_000}-0`, 'h', '', 't', '');
       await a.broker.subscribe(old);
+      // The node's splice of the topic starts at Redis's clock - 1 ms, read
+      // by the subscribe: a mark asked in that same ms is no newer and is
+      // dropped (the next one moves the topic on). Asked once Redis's
+      // clock is past every reading the subscribe can have taken.
+      const redisMs = async (): Promise<number> => {
+        const [s, us] = await redis.time();
+        return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+      };
+      const after = await redisMs();
+      while (await redisMs() <= after) await new Promise((r) => setTimeout(r, 1));
       (a.broker as ShardBroker).sweep(Date.now() + 5000);
       await eventually(() => marks().length === 2);
       const m = marks()[1]!;

@@ -180,11 +180,11 @@ export class MeshBroker implements ShardBroker {
    * needs checking elsewhere), `done` runs before this returns; when
    * another shard does, as its answer arrives; neither with a promise.
    */
-  publishThen(tenant: string, req: PublishFields, done: (res: PublishResult) => void): void {
+  publishThen(tenant: string, req: PublishFields, done: (res: PublishResult) => void, key: string = topicKey(tenant, req.topic)): void {
     if (req.idempotencyKey === undefined || req.cls !== EventClass.Durable) {
-      const owner = this.owner(topicKey(tenant, req.topic));
+      const owner = this.owner(key);
       if (owner === this.self) {
-        done(this.hub.publish(tenant, req));
+        done(this.hub.publish(tenant, req, key));
         return;
       }
       // Another shard's topic: `done` runs as its answer is read, with no

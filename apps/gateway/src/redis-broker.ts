@@ -175,14 +175,13 @@ export class RedisBroker implements ShardBroker {
     return this.health.up;
   }
 
-  publishThen(tenant: string, req: PublishFields, done: (res: PublishResult) => void): void {
+  publishThen(tenant: string, req: PublishFields, done: (res: PublishResult) => void, key: string = topicKey(tenant, req.topic)): void {
     if (req.cls !== EventClass.Durable) {
       if (!this.up) {
         // Within the node only, through the mesh: better than nothing for events that are not stored.
-        this.mesh.publishThen(tenant, req, done);
+        this.mesh.publishThen(tenant, req, done, key);
         return;
       }
-      const key = topicKey(tenant, req.topic);
       const t0 = performance.now();
       this.bus.publishVolatile(key, req.cls, req.key, encodeEventFrame(req, undefined)).then(
         () => {
@@ -194,7 +193,7 @@ export class RedisBroker implements ShardBroker {
         () => {
           this.took(RedisOp.Publish, t0);
           this.counts.errors++;
-          this.mesh.publishThen(tenant, req, done);
+          this.mesh.publishThen(tenant, req, done, key);
         },
       ).catch(this.callbackFailed);
       return;
@@ -207,7 +206,7 @@ export class RedisBroker implements ShardBroker {
     const at = frame.indexOf(ID_MARK);
     const t0 = performance.now();
     this.bus.publishDurable({
-      topic: topicKey(tenant, req.topic), tenant, head: frame.slice(0, at), tail: frame.slice(at + 1), idempotencyKey: req.idempotencyKey,
+      topic: key, tenant, head: frame.slice(0, at), tail: frame.slice(at + 1), idempotencyKey: req.idempotencyKey,
     }).then(
       (r) => {
         this.took(RedisOp.Publish, t0);

@@ -3,7 +3,13 @@ import type { Broker, PublishFields, PublishResult } from '@sluice/core';
 
 /** What a shard needs from its broker, embedded or Redis. */
 export interface ShardBroker extends Broker {
-  publishThen(tenant: string, req: PublishFields, done: (res: PublishResult) => void): void;
+  /**
+   * `publish` with its answer to a callback (no promise on the hot path).
+   * `key` is `topicKey(tenant, req.topic)` when the caller holds it (a
+   * joined socket's: a string already hashed, used for every lookup of the
+   * publish); made here when not given.
+   */
+  publishThen(tenant: string, req: PublishFields, done: (res: PublishResult) => void, key?: string): void;
   sweep(now: number): void;
   flush(): void;
   addPeer(shard: number, port: MessagePort): void;

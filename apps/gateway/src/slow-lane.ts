@@ -115,6 +115,7 @@ export class SlowLane<D extends LaneData> {
 
   /** Events of a topic for its sockets in the slow lane. */
   deliver(ev: Delivery, now: number): void {
+    if (this.byTopic.size === 0) return;
     const set = this.byTopic.get(ev.topic);
     if (set === undefined) return;
     for (const ws of set) {

@@ -85,8 +85,8 @@ export class TopicOwner {
     }
   }
 
-  publish(tenant: string, req: PublishFields): PublishResult {
-    const key = topicKey(tenant, req.topic);
+  /** `key`: `topicKey(tenant, req.topic)`, when the caller has it. */
+  publish(tenant: string, req: PublishFields, key: string = topicKey(tenant, req.topic)): PublishResult {
     const now = this.now();
     let id: string | undefined;
     let frame: string;

@@ -30,6 +30,8 @@ const upgradeCache = new Map<string, Buffer>();
 
 /** Arrival time (us) of the chunk being processed; one clock read per chunk, not per frame. */
 let chunkNow = 0;
+/** Reads (socket 'data' events) of every connection of this process: S1 reports replies per read, the batching it settled into. */
+export const reads = { count: 0 };
 
 /**
  * Sockets whose teardown was put off (see `RawConn.deferTeardown`): closed as
@@ -150,6 +152,7 @@ export class RawConn {
 
   private onData(chunk: Buffer): void {
     chunkNow = monoUs();
+    reads.count++;
     if (this.state === 'upgrading') {
       const buf: Buffer = this.head === null ? chunk : Buffer.concat([this.head, chunk]);
       const end = buf.indexOf(HEADER_END);

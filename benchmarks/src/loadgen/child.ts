@@ -2,7 +2,7 @@
 // limit is 20000 per process), runs whatever the orchestrator asks over IPC,
 // and exits by itself when the orchestrator goes away or its lifetime ends.
 
-import { RawConn, teardownDeferred, type ConnHandlers, type Target } from '../lib/conn.ts';
+import { RawConn, reads, teardownDeferred, type ConnHandlers, type Target } from '../lib/conn.ts';
 import {
   Kind, S_BASE, S_WIDTH, T_BASE, T_WIDTH, bytesAt, encodeClientFrame, eventDataPos, eventS, eventT, indexWithin, joinFrame, leaveFrame, patchDigits,
   publishTemplate, replyRef, replyRefChar, type PublishTemplate,
@@ -971,6 +971,7 @@ class Generator implements ConnHandlers {
       gaps: this.gaps,
       duplicates: this.duplicates,
       closed: this.closedAfterReady,
+      reads: reads.count,
       closeReasons: { ...this.closeReasons },
       hist: encodeHistogram(this.hist),
     };

@@ -115,6 +115,8 @@ export interface MarkResult {
   gaps: number;
   duplicates: number;
   closed: number;
+  /** Reads (socket 'data' events) of this process's connections. */
+  reads: number;
   closeReasons: Record<string, number>;
   hist: string;
   /** Fan-out tracking: lowest and highest last sequence over ready sockets, sockets that saw none. */

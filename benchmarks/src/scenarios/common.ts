@@ -85,7 +85,7 @@ export interface WindowResult {
   serverCpuS: number;
   clientCpuS: number[];
   machineBusyS: number;
-  delta: { replies: number; replyErrors: number; events: number; publishes: number; gaps: number; duplicates: number; closed: number };
+  delta: { replies: number; replyErrors: number; events: number; publishes: number; gaps: number; duplicates: number; closed: number; reads: number };
   closeReasons: Record<string, number>;
   latency: LatencySummary;
 }
@@ -142,7 +142,7 @@ export function diff(a: Snapshot, b: Snapshot, include: (i: number) => boolean =
     machineBusyS: b.machineBusy - a.machineBusy,
     delta: {
       replies: sum('replies'), replyErrors: sum('replyErrors'), events: sum('events'), publishes: sum('publishes'),
-      gaps: sum('gaps'), duplicates: sum('duplicates'), closed: sum('closed'),
+      gaps: sum('gaps'), duplicates: sum('duplicates'), closed: sum('closed'), reads: sum('reads'),
     },
     closeReasons,
     latency: summarize(mergeEncoded(b.marks.filter((_, i) => include(i)).map((m) => m.hist))),

@@ -101,6 +101,8 @@ export async function pumpOnce(pool: LoadPool, srv: ServerProc, spec: TargetSpec
       extra: {
         sockets: cfg.sockets, depth: cfg.depth, payloadBytes: size, events: w.delta.events,
         eventsPerReply: count > 0 ? w.delta.events / count : 0, outstandingAtStop: outstanding, ephemeral: cfg.ephemeral,
+        // The batching the closed loop settled into: replies (each with its event) per read of the generator.
+        repliesPerRead: w.delta.reads > 0 ? count / w.delta.reads : 0,
       },
     };
   } finally {

@@ -330,7 +330,7 @@ export class Session {
       if (inline) ws.send(reply, false);
       else this.p.replies.queue(ws, reply);
       if (res.ok) this.p.metrics.ackLatency.observe(f.cls, (performance.now() - t0) / 1000);
-    });
+    }, d.topics?.get(f.topic));
     inline = false;
   }
 

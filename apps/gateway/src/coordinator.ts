@@ -30,6 +30,7 @@ import { type SharedWindowBuffers, type SharedWindows, sharedWindowBuffers, shar
 import type { ShardExit, ShardTask } from './shard/task.ts';
 import { probeCorkInPlace, type UwsBuild } from '@sluice/uws';
 import { WebhookSender } from './webhooks.ts';
+import { httpClient } from './hooks.ts';
 
 /**
  * From source (`pnpm start`, the tests) the shards run under tsx through
@@ -113,7 +114,8 @@ export class Coordinator {
   /** Cluster mode: the nodes alive (leases in Redis). */
   private nodes: NodeRegistry | undefined;
   /** WS_WEBHOOK_URL: the node's lifecycle webhook queue. */
-  private readonly webhooks: WebhookSender | undefined;
+  /** WS_WEBHOOK_URL's sender: made at start (it loads undici). */
+  private webhooks: WebhookSender | undefined;
   /** The admin page's samples of this node. */
   private stats: NodeStats | undefined;
   /** WS_UPGRADE_RATE's shared cells, as the coordinator reads them (null: no budget). */
@@ -131,8 +133,6 @@ export class Coordinator {
     this.owners = new TopicOwners(config.workers);
     this.upgradeWindows = this.windowBuffers === undefined ? undefined : sharedWindows(config, this.windowBuffers, MAX_SHARDS, false);
     this.registerMetrics();
-    this.webhooks = config.webhookUrl === undefined ? undefined
-      : new WebhookSender(config, config.webhookUrl, config.webhookSecret!, this.nodeId, log, this.registry);
   }
 
   /** Whether an upgrade keeps the socket's address here: probed once per process, before the first shard starts. */
@@ -145,6 +145,10 @@ export class Coordinator {
     if (soft.clamped) {
       this.log.warn({ WS_SLOW_CLIENT_BUFFER_BYTES: cfg.slowClientBufferBytes, WS_MAX_BUFFERED_BYTES: cfg.maxBufferedBytes, used: soft.value },
         'WS_SLOW_CLIENT_BUFFER_BYTES lowered to half of WS_MAX_BUFFERED_BYTES');
+    }
+    if (cfg.webhookUrl !== undefined) {
+      this.webhooks = new WebhookSender(cfg, cfg.webhookUrl, cfg.webhookSecret!, this.nodeId, this.log, this.registry,
+        await httpClient({ connections: 1, keepAliveTimeout: 30_000 }));
     }
     const build = this.opts.uws;
     try {

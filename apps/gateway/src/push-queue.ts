@@ -6,7 +6,7 @@
  * `pnpm push-worker` (apps/push-worker) takes the jobs.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { Queue } from 'bullmq';
+import type { Queue } from 'bullmq';
 import type { Config } from '@sluice/core';
 import { createRedisClient, redisTarget } from '@sluice/redis';
 import type { Logger } from '@sluice/telemetry';
@@ -43,17 +43,32 @@ export function pushJobId(tenant: string, user: string, collapseKey: string): st
 }
 
 export class PushQueue {
-  private readonly queue: Queue;
+  /** Made at the first push: see `open`. */
+  private queue: Promise<Queue> | undefined;
   private readonly connection: ReturnType<typeof createRedisClient>;
   readonly counts = { queued: 0, collapsed: 0, errors: 0 };
 
-  constructor(cfg: Pick<Config, 'redisUrl' | 'redisCluster' | 'redisSentinels' | 'redisSentinelName' | 'redisSentinelPassword' | 'pushQueue'>, private readonly log: Logger) {
+  constructor(private readonly cfg: Pick<Config, 'redisUrl' | 'redisCluster' | 'redisSentinels' | 'redisSentinelName' | 'redisSentinelPassword' | 'pushQueue'>,
+    private readonly log: Logger) {
     // The connection fails fast (no offline queue, no retries): a publish
     // with `push` while Redis is away is answered 503 at once, not held.
     const connection = this.connection = createRedisClient(redisTarget(cfg), 'command', 'push');
     connection.on('error', () => {});
-    this.queue = new Queue(cfg.pushQueue, { connection, prefix: PUSH_PREFIX });
-    this.queue.on('error', (err) => this.log.debug({ err }, 'push queue: redis error'));
+  }
+
+  /**
+   * The BullMQ queue, made at the first publish with `push`: bullmq is a
+   * sixth of a start's CPU (110 ms of the coordinator's 730 here) and most
+   * nodes never push, so it is loaded then (once, 0.1 s), on the connection
+   * made at start.
+   */
+  private open(): Promise<Queue> {
+    this.queue ??= import('bullmq').then(({ Queue }) => {
+      const queue = new Queue(this.cfg.pushQueue, { connection: this.connection, prefix: PUSH_PREFIX });
+      queue.on('error', (err) => this.log.debug({ err }, 'push queue: redis error'));
+      return queue;
+    });
+    return this.queue;
   }
 
   /**
@@ -64,6 +79,7 @@ export class PushQueue {
   async enqueue(tenant: string, users: readonly string[], push: PushRequest): Promise<PushResult> {
     const queued: string[] = [];
     const collapsed: string[] = [];
+    const queue = await this.open();
     const notification: unknown = JSON.parse(push.notificationJson);
     for (const user of users) {
       const jobId = pushJobId(tenant, user, push.collapseKey);
@@ -79,13 +95,13 @@ export class PushQueue {
           // Dead jobs stay (the newest 10000), to be looked at and counted.
           removeOnFail: { count: 10_000 },
         };
-        await this.queue.add('push', data, opts);
-        let stored = await this.queue.getJob(jobId);
+        await queue.add('push', data, opts);
+        let stored = await queue.getJob(jobId);
         // A dead job holds the id: it gives way to the new notification (it was logged and counted when it died).
         if (stored !== undefined && (stored.data as PushJobData).nonce !== nonce && await stored.getState() === 'failed') {
           await stored.remove();
-          await this.queue.add('push', data, opts);
-          stored = await this.queue.getJob(jobId);
+          await queue.add('push', data, opts);
+          stored = await queue.getJob(jobId);
         }
         // Gone already (delay 0, sent and removed): it was ours.
         if (stored === undefined || (stored.data as PushJobData).nonce === nonce) queued.push(user);
@@ -107,7 +123,7 @@ export class PushQueue {
   }
 
   async close(): Promise<void> {
-    await this.queue.close().catch(() => {});
+    await this.queue?.then((q) => q.close()).catch(() => {});
     this.connection.disconnect();
   }
 }

@@ -12,7 +12,7 @@
  */
 import { type Config, WEBHOOK_EVENTS } from '@sluice/core';
 import { counterFrom, gaugeFrom, IndexedHistogram, type Logger, type Registry, signBody } from '@sluice/telemetry';
-import { Agent, request } from 'undici';
+import type { Http } from './hooks.ts';
 
 const FIRST_RETRY_MS = 250;
 
@@ -28,7 +28,6 @@ export class WebhookSender {
   private timer: NodeJS.Timeout | undefined;
   private sending = false;
   private stopped = false;
-  private readonly agent: Agent;
   private readonly stats = { dropped: 0, ok: 0, failed: 0, retries: 0 };
   /** Events collected, by type. */
   private readonly byType: Record<string, number> = Object.fromEntries(WEBHOOK_EVENTS.map((t) => [t, 0]));
@@ -36,8 +35,7 @@ export class WebhookSender {
   private lastError = 0;
 
   constructor(private readonly cfg: Config, private readonly url: string, private readonly secret: string, private readonly node: string,
-    private readonly log: Logger, registry: Registry, private readonly random: () => number = Math.random) {
-    this.agent = new Agent({ connections: 1, keepAliveTimeout: 30_000 });
+    private readonly log: Logger, registry: Registry, private readonly http: Http, private readonly random: () => number = Math.random) {
     const s = this.stats;
     counterFrom(registry, 'sluice_webhook_events_total', `Lifecycle events collected for WS_WEBHOOK_URL (${WEBHOOK_EVENTS.join(', ')}).`,
       'type', () => this.byType);
@@ -134,8 +132,8 @@ export class WebhookSender {
     const ts = String(Date.now());
     const t0 = performance.now();
     try {
-      const res = await request(this.url, {
-        method: 'POST', body, dispatcher: this.agent, signal: AbortSignal.timeout(this.cfg.webhookTimeoutMs),
+      const res = await this.http.request(this.url, {
+        method: 'POST', body, dispatcher: this.http.agent, signal: AbortSignal.timeout(this.cfg.webhookTimeoutMs),
         headersTimeout: this.cfg.webhookTimeoutMs, bodyTimeout: this.cfg.webhookTimeoutMs,
         headers: { 'content-type': 'application/json', 'x-sluice-timestamp': ts, 'x-sluice-signature': signBody(this.secret, ts, body),
           'x-sluice-batch': this.batchId, 'x-sluice-attempt': String(this.attempt + 1) },
@@ -187,6 +185,6 @@ export class WebhookSender {
       this.head = 0;
       this.batch = null;
     }
-    await this.agent.destroy().catch(() => {});
+    await this.http.agent.destroy().catch(() => {});
   }
 }

@@ -145,6 +145,8 @@ export async function fanoutOnce(pool: LoadPool, nodes: FanoutNodes, cfg: Fanout
         subscribers: cfg.subscribers, depth: cfg.depth, window: cfg.window, payloadBytes: cfg.size,
         publishes: pub.delta.publishes, publishAcks: pub.delta.replies, fullyDeliveredSeqs: seqB - seqA, eventsBeforeWindow: seqA + 1,
         outstandingAtStop: stops.reduce((x, s) => x + s.outstanding, 0), ephemeral: cfg.ephemeral,
+        // How many events the server's sends packed per read of a subscriber socket (more: fewer sends per delivery).
+        deliveriesPerRead: subs.delta.reads > 0 ? count / subs.delta.reads : 0,
       },
     };
     return { sample, a, b, probeA, probeB };

@@ -17,7 +17,7 @@ import { eventFrameData, PROTOCOL_VERSION } from '@sluice/protocol';
 import { loadTracing, registerThreadMetrics } from '@sluice/telemetry';
 import { loadUws, type us_listen_socket, useUpgradeCork, type Uws } from '@sluice/uws';
 import { Verifier } from '../auth.ts';
-import { type ShardHooks, shardHooks } from '../hooks.ts';
+import { anyHook, type Http, hookHttp, type ShardHooks, shardHooks } from '../hooks.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { type Backplane, createBackplane, storeOf } from '../backplane.ts';
 import type { FromShardControl, ToShardControl } from '../control.ts';
@@ -55,7 +55,8 @@ export type { ShardExit, ShardTask } from './task.ts';
 export default async function runShard(task: ShardTask): Promise<ShardExit> {
   // WS_TRACING_MODULE registers an SDK in this thread's copy of the OpenTelemetry API.
   const tracer = await loadTracing(task.config.tracingModule, PROTOCOL_VERSION);
-  return new Shard(task, tracer === null ? null : new ShardTracing(tracer, task.config, storeOf(task.config), task.shard)).run();
+  const http = anyHook(task.config) ? await hookHttp(task.config) : null;
+  return new Shard(task, tracer === null ? null : new ShardTracing(tracer, task.config, storeOf(task.config), task.shard), http).run();
 }
 
 /**
@@ -112,7 +113,8 @@ class Shard {
   private finish: (exit: ShardExit) => void = () => {};
   private fail: (err: Error) => void = () => {};
 
-  constructor(private readonly task: ShardTask, tracing: ShardTracing | null) {
+  /** `http`: undici for the backend hooks, null when no hook URL is set. */
+  constructor(private readonly task: ShardTask, tracing: ShardTracing | null, http: Http | null) {
     const ctx = (this.ctx = new ShardContext(task, tracing));
     const cfg = ctx.cfg;
     this.uws = loadUws(task.uws).uws;
@@ -144,7 +146,7 @@ class Shard {
     const topics = (this.topics = new Topics<Recovery>(this.broker, ctx.lines.degraded));
     const recoveries = new Recoveries(ctx, this.broker, topics, lane);
     const verifier = cfg.auth === 'jwt' ? new Verifier(cfg) : null;
-    const hooks = (this.hooks = shardHooks(cfg, this.shared, task.shard, registry, ctx.lines.hooks));
+    const hooks = (this.hooks = shardHooks(cfg, this.shared, task.shard, registry, ctx.lines.hooks, http));
     const lifecycle = (this.lifecycle = cfg.webhookUrl === undefined ? null
       : new Lifecycle(cfg, `${task.nodeId}.${task.shard}.${task.generation}`, task.nodeId, (events) => this.tell({ op: 'webhook', events })));
     if (lifecycle !== null) {

@@ -7,7 +7,8 @@
  * Never imported by the gateway itself (main.ts and shard/index.ts bundle none of it).
  */
 export {
-  GATEWAY_DIR, PLAIN_ENV, TEST_ADMIN_TOKEN, TEST_ENV, gatewayArgs, running, runUntilExit, startGateway, withFileLimit,
+  buildIsFresh, GATEWAY_DIR, gatewayChoice, PLAIN_ENV, TEST_ADMIN_TOKEN, TEST_ENV, gatewayArgs, running, runsBuild, runUntilExit, startGateway,
+  withFileLimit,
   type Gateway, type ReadyMessage, type StartOptions,
 } from './gateway.ts';
 export { Client, eventually, rawUpgrade, readServerFrame, Wakeups, type Frame, type RawResponse } from './client.ts';

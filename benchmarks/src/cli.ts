@@ -46,6 +46,8 @@ options:
   --delay-ms n       S7, S9: WS_DRAIN_DELAY_MS (default 1000; S9: 100); S15: the backend's delay per answer in variant (c) (5; 0: no (c))
   --nodes n          S8: gateway processes on the one redis-server (default 2)
   --ack-replicas n   S8: also measure the nodes with WS_REDIS_ACK_REPLICAS=n, the redis-server followed by n replicas (default 0: not)
+  --node-workers w   S8: also measure the nodes with WS_WORKERS=w each (default 1: with 2 nodes as many shards in all as one node; 0: not)
+  --embedded-workers e  S8: also measure one node without Redis with WS_WORKERS=e (default 4: as many shards as two nodes of 2; 0: not)
   --scrapes n        S10: sequential GET /metrics per phase (default 100)
   --bursts n         S10: bursts of concurrent GETs per phase (default 5); --burst n: GETs per burst (default 10)
   --topics n         S10: topics (default 4); every socket joins 2 of them; S15: topics each socket joins per variant (5)
@@ -74,7 +76,7 @@ interface Cli {
     targets?: string; repeats?: string; 'measure-ms'?: string; 'warmup-ms'?: string; procs?: string; sockets?: string;
     subscribers?: string; window?: string; sizes?: string; depth?: string; concurrency?: string; ephemeral?: boolean; 'no-report'?: boolean; help?: boolean;
     seconds?: string; healthy?: string; stalled?: string; size?: string; 'rss-limit-mib'?: string; rate?: string; 'delay-ms'?: string;
-    nodes?: string; 'ack-replicas'?: string; scrapes?: string; bursts?: string; burst?: string; topics?: string; 'admin-rate'?: string; rounds?: string; revocations?: string; 'rst-at-close'?: boolean;
+    nodes?: string; 'ack-replicas'?: string; 'node-workers'?: string; 'embedded-workers'?: string; scrapes?: string; bursts?: string; burst?: string; topics?: string; 'admin-rate'?: string; rounds?: string; revocations?: string; 'rst-at-close'?: boolean;
     'ttl-ms'?: string; quick?: boolean; 'no-sio'?: boolean;
     rates?: string; ramp?: string; 'room-size'?: string; feeds?: string; 'no-restart'?: boolean; 'from-source'?: boolean; hashed?: boolean;
   };
@@ -88,7 +90,7 @@ function parse(): Cli {
       procs: { type: 'string' }, sockets: { type: 'string' }, subscribers: { type: 'string' }, window: { type: 'string' }, sizes: { type: 'string' },
       depth: { type: 'string' }, concurrency: { type: 'string' }, ephemeral: { type: 'boolean' }, 'no-report': { type: 'boolean' },
       seconds: { type: 'string' }, healthy: { type: 'string' }, stalled: { type: 'string' }, size: { type: 'string' }, 'rss-limit-mib': { type: 'string' },
-      rate: { type: 'string' }, 'delay-ms': { type: 'string' }, nodes: { type: 'string' }, 'ack-replicas': { type: 'string' },
+      rate: { type: 'string' }, 'delay-ms': { type: 'string' }, nodes: { type: 'string' }, 'ack-replicas': { type: 'string' }, 'node-workers': { type: 'string' }, 'embedded-workers': { type: 'string' },
       scrapes: { type: 'string' }, bursts: { type: 'string' }, burst: { type: 'string' }, topics: { type: 'string' }, 'admin-rate': { type: 'string' },
       rounds: { type: 'string' }, revocations: { type: 'string' }, 'rst-at-close': { type: 'boolean' },
       'ttl-ms': { type: 'string' }, quick: { type: 'boolean' }, 'no-sio': { type: 'boolean' }, events: { type: 'string' }, warmup: { type: 'string' },

@@ -187,16 +187,20 @@ export const SCENARIOS: readonly Scenario[] = [
     command: 's8',
     usage: 'cross-node fan-out: S3 on 1 node (embedded), 1 node on Redis and --nodes (2) nodes on one private\n' +
       '             redis-server; gateway and Redis CPU, Redis commands per event, added p99, publish-ack latency; default target sluice,\n' +
-      '             2 repeats; --ack-replicas n: also the nodes with WS_REDIS_ACK_REPLICAS=n, the redis-server with n replicas',
+      '             2 repeats; --ack-replicas n: also the nodes with WS_REDIS_ACK_REPLICAS=n, the redis-server with n replicas;\n' +
+      '             --node-workers w (1; 0: not): also the nodes with WS_WORKERS=w each; --embedded-workers e (4; 0: not): also one\n' +
+      '             node, no Redis, WS_WORKERS=e',
     defaultTargets: ['sluice'],
     targets: sluiceOnly,
     repeats: (n, alone) => (alone ? n ?? 2 : 2),
     // S3's settings (the same options) and its own node count.
     run: (ctx) => {
       const cfg = {
-        ...fanoutConfig(ctx), warmupEvents: S8_DEFAULT.warmupEvents, nodes: int(ctx.v, 'nodes') ?? S8_DEFAULT.nodes,
-        ackReplicas: int(ctx.v, 'ack-replicas', true) ?? S8_DEFAULT.ackReplicas,
+        ...fanoutConfig(ctx), warmupEvents: S8_DEFAULT.warmupEvents, restMs: S8_DEFAULT.restMs, nodes: int(ctx.v, 'nodes') ?? S8_DEFAULT.nodes,
+        ackReplicas: int(ctx.v, 'ack-replicas', true) ?? S8_DEFAULT.ackReplicas, nodeWorkers: int(ctx.v, 'node-workers', true) ?? S8_DEFAULT.nodeWorkers!,
+        embeddedWorkers: int(ctx.v, 'embedded-workers', true) ?? S8_DEFAULT.embeddedWorkers!,
       };
+      if (cfg.nodeWorkers > 16 || cfg.embeddedWorkers > 16) throw new Error('--node-workers and --embedded-workers want 0 to 16');
       if (cfg.nodes < 2) throw new Error('--nodes wants 2 or more: S8 already measures one node on Redis');
       if (cfg.ackReplicas > 16) throw new Error('--ack-replicas wants 0 to 16 (WS_REDIS_ACK_REPLICAS\'s range)');
       return measure(ctx, 'S8', cfg, runCrossNode);

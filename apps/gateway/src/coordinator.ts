@@ -113,8 +113,7 @@ export class Coordinator {
   private control: ControlPlane | undefined;
   /** Cluster mode: the nodes alive (leases in Redis). */
   private nodes: NodeRegistry | undefined;
-  /** WS_WEBHOOK_URL: the node's lifecycle webhook queue. */
-  /** WS_WEBHOOK_URL's sender: made at start (it loads undici). */
+  /** WS_WEBHOOK_URL: the node's lifecycle webhook queue, made at start (it loads undici). */
   private webhooks: WebhookSender | undefined;
   /** The admin page's samples of this node. */
   private stats: NodeStats | undefined;

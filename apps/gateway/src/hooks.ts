@@ -50,8 +50,8 @@ export interface Http {
 
 /**
  * An undici Agent with `opts` and undici's request. The module is loaded
- * here, on the first call, not at start: only a thread that calls a
- * backend (a hook or webhook URL is set) needs it, and it is about a sixth
+ * by this call, not with the gateway: only a thread that calls a backend
+ * (a hook or webhook URL is set) needs it, and loading it is about a sixth
  * of a start's CPU (120 ms of the coordinator's 730 here).
  */
 export async function httpClient(opts: ConstructorParameters<typeof Agent>[0]): Promise<Http> {

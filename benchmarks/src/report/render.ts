@@ -172,14 +172,17 @@ export function s8Table(rs: readonly Row[], status: (r: Row) => string): string 
     '/proc/<pid>/stat, % of one core; `vs 1 node`: against the embedded single node of the same repeat; ' +
     '`cmds/event`: the gateways\' `sluice_redis_commands_total` over their durable `sluice_messages_published_total` (both summed over the nodes, deltas over ' +
     'the window); `Redis calls/event`: what redis-server executed (INFO commandstats, the script\'s inner calls included; by command in the JSON), ' +
-    '`Redis CPU/event`: its CPU (10 ms ticks) over those events; p99 per node: subscribers on ' +
+    '`Redis CPU/event`: its CPU (10 ms ticks) over those events; `at rest`: the gateways\' CPU over 3 s with every socket joined before the ' +
+    'publishing starts, and `above rest`: deliveries per gateway-CPU-s beyond it, against the embedded node\'s beyond its own; p99 per node: subscribers on ' +
     'the publisher\'s node / on the other nodes; `publish ack`: the publisher\'s send to its reply (with replicas: after the WAIT).\n\n' +
     table(
-      ['variant', 'target', 'deliveries/s', 'gateway CPU', 'Redis CPU', 'deliveries/gateway-CPU-s', 'vs 1 node', 'deliveries/(gateway+Redis)-CPU-s', 'vs 1 node',
+      ['variant', 'target', 'deliveries/s', 'gateway CPU', 'Redis CPU', 'deliveries/gateway-CPU-s', 'vs 1 node', 'gateway CPU at rest', 'above rest vs 1 node',
+        'deliveries/(gateway+Redis)-CPU-s', 'vs 1 node',
         'cmds/event', 'Redis calls/event', 'Redis CPU/event', 'p50', 'p99', 'p99 publisher\'s node / others', 'p99 added vs 1 node', 'publish ack p50 / p99',
         'other load', 'ok runs'],
       rs.map((r) => [r.variant, PEER_LABEL[r.target], fmtInt(r.perSec), pct(r.serverUtil), plus(r, 'redisUtil', 'replicaUtil', pct),
-        fmtInt(r.perServerCpuS), vs(x(r, 'perServerCpuVsOneNode')), Number.isFinite(x(r, 'perTotalCpuS')) ? fmtInt(x(r, 'perTotalCpuS')) : '-',
+        fmtInt(r.perServerCpuS), vs(x(r, 'perServerCpuVsOneNode')), Number.isFinite(x(r, 'restUtil')) ? pct(x(r, 'restUtil')) : '-',
+        vs(x(r, 'aboveRestVsOneNode')), Number.isFinite(x(r, 'perTotalCpuS')) ? fmtInt(x(r, 'perTotalCpuS')) : '-',
         vs(x(r, 'perTotalCpuVsOneNode')), f(x(r, 'redisCommandsPerEvent'), 3), f(x(r, 'redisCallsPerEvent'), 1),
         plus(r, 'redisCpuUsPerEvent', 'replicaCpuUsPerEvent', fmtUs), fmtUs(r.p50Us), fmtUs(r.p99Us),
         pair(x(r, 'node0P99Us'), x(r, 'otherNodesP99Us')),

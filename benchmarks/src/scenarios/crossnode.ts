@@ -13,7 +13,18 @@
 //   by R replicas of its own (each a private redis-server, REPLICAOF it), so
 //   that every durable publish is acked only after a WAIT saw R replicas hold
 //   it. The replicas are attached after the plain N-node variant: the three
-//   others run as without the option.
+//   others run as without the option;
+// - with `nodeWorkers` W > 0, `N nodes on Redis, WS_WORKERS=W each`: the N
+//   nodes again with W shards each (W = 1, N = 2: as many shard threads as
+//   the embedded node has, on the same cores, so that the comparison is of
+//   the cross-node path, not of more threads than cores);
+// - with `embeddedWorkers` E > 0, `1 node, embedded, WS_WORKERS=E`: one node
+//   without Redis with E shards (4: as many as two nodes of 2), what more
+//   shards on the same cores cost without any node crossing.
+//
+// Before publishing, each variant's gateways are read at rest for
+// `restMs` (every socket joined, no traffic): what a node costs doing
+// nothing, which every node of a cluster pays again.
 //
 // Deliveries are counted at the subscribers, as in S3, and checked for gaps and
 // duplicates. Server CPU is every gateway process's; redis-server's CPU is read
@@ -42,15 +53,29 @@ export interface CrossConfig extends FanoutConfig {
    * redis-server with this many replicas; 0: no such variant.
    */
   ackReplicas: number;
+  /**
+   * WS_WORKERS of each node of a further variant: the `nodes` gateways
+   * again with this many shards each (1 with 2 nodes: as many shard threads
+   * in all as the embedded node's 2, on the same cores); 0: no such variant.
+   */
+  nodeWorkers?: number;
+  /**
+   * WS_WORKERS of a further embedded variant: one node, no Redis, with this
+   * many shards (4: as many as two nodes of 2), to tell what more shards
+   * cost on these cores from what crossing nodes costs; 0: no such variant.
+   */
+  embeddedWorkers?: number;
 }
 
 /**
  * S3's settings, two nodes, and the warm-up lasting until the topic's history
  * is full (WS_HISTORY_SIZE, 1000 by default: the benchmark leaves it so), so
- * that the window sees the steady state where every publish also trims.
+ * that the window sees the steady state where every publish also trims; the
+ * nodes again with one shard each, and one node with four, so that the
+ * cross-node path is told apart from more shard threads than cores.
  * Subscriber processes are raised to one per node at least.
  */
-export const S8_DEFAULT: CrossConfig = { ...S3_DEFAULT, warmupEvents: 1001, nodes: 2, ackReplicas: 0 };
+export const S8_DEFAULT: CrossConfig = { ...S3_DEFAULT, warmupEvents: 1001, nodes: 2, ackReplicas: 0, restMs: 3000, nodeWorkers: 1, embeddedWorkers: 4 };
 
 export interface CrossVariants {
   embedded: string;
@@ -58,13 +83,21 @@ export interface CrossVariants {
   cluster: string;
   /** Only with `ackReplicas` > 0. */
   acked?: string;
+  /** Only with `nodeWorkers` > 0. */
+  fewerShards?: string;
+  /** Only with `embeddedWorkers` > 0. */
+  moreShards?: string;
 }
 
-export function variantsOf(cfg: Pick<CrossConfig, 'nodes' | 'ackReplicas'>): CrossVariants {
+export function variantsOf(cfg: Pick<CrossConfig, 'nodes' | 'ackReplicas' | 'nodeWorkers' | 'embeddedWorkers'>): CrossVariants {
   const cluster = `${cfg.nodes} nodes on Redis`;
+  const w = cfg.nodeWorkers ?? 0;
+  const e = cfg.embeddedWorkers ?? 0;
   return {
     embedded: '1 node, embedded', redisOne: '1 node on Redis', cluster,
     ...(cfg.ackReplicas > 0 ? { acked: `${cluster}, WS_REDIS_ACK_REPLICAS=${cfg.ackReplicas}` } : {}),
+    ...(w > 0 ? { fewerShards: `${cluster}, WS_WORKERS=${w} each` } : {}),
+    ...(e > 0 ? { moreShards: `1 node, embedded, WS_WORKERS=${e}` } : {}),
   };
 }
 
@@ -73,7 +106,9 @@ export async function runCrossNode(opts: RunOptions, cfg: CrossConfig): Promise<
   const c: CrossConfig = { ...cfg, procs };
   const v = variantsOf(c);
   const pool = await LoadPool.start(procs + 1, 30 * 60_000);
-  const keys = [v.embedded, v.redisOne, v.cluster, ...(v.acked !== undefined ? [v.acked] : [])].map((variant) => ({ scenario: 'S8' as const, variant }));
+  const keys = [v.embedded, ...(v.moreShards !== undefined ? [v.moreShards] : []), v.redisOne, v.cluster,
+    ...(v.fewerShards !== undefined ? [v.fewerShards] : []), ...(v.acked !== undefined ? [v.acked] : [])]
+    .map((variant) => ({ scenario: 'S8' as const, variant }));
   try {
     // `srv` is the embedded baseline; Redis and the Redis-backed gateways are started per repeat, fresh.
     return await interleave(opts, keys, async (srv, spec, repeat) => {
@@ -82,6 +117,24 @@ export async function runCrossNode(opts: RunOptions, cfg: CrossConfig): Promise<
       const base = baseRun.sample;
       Object.assign(base.extra, ackExtras(baseRun));
       await srv.stop();
+      const more: Sample[] = [];
+      if (v.moreShards !== undefined) {
+        const moreShards = v.moreShards;
+        const w = c.embeddedWorkers!;
+        more.push(await ServerProc.start(spec, 60_000, { WS_WORKERS: String(w) }).then(async (one) => {
+          try {
+            const run = await fanoutOnce(pool, oneNode(one), c, key(moreShards, w));
+            const e = run.sample.extra;
+            Object.assign(e, ackExtras(run), base.ok ? {
+              perServerCpuVsOneNode: run.sample.perServerCpuS / base.perServerCpuS,
+              aboveRestVsOneNode: Number(e['perServerCpuSAboveRest']) / Number(base.extra['perServerCpuSAboveRest']),
+            } : {});
+            return run.sample;
+          } finally {
+            await one.stop();
+          }
+        }).catch((err: unknown) => failedSample('S8', moreShards, spec.name, repeat, (err as Error).message)));
+      }
       const redis = await startRedis();
       const replicaServers: RedisServer[] = [];
       try {
@@ -90,7 +143,12 @@ export async function runCrossNode(opts: RunOptions, cfg: CrossConfig): Promise<
         const failed = (variant: string) => (err: unknown): Sample => failedSample('S8', variant, spec.name, repeat, (err as Error).message);
         const measure = (n: number, variant: string, replicas: readonly RedisProc[] = [], env: Record<string, string> = {}): Promise<Sample> =>
           onRedis(pool, spec, n, r, replicas, env, c, key(variant, spec.threads * n), base).catch(failed(variant));
-        const out = [base, await measure(1, v.redisOne), await measure(c.nodes, v.cluster)];
+        const out = [base, ...more, await measure(1, v.redisOne), await measure(c.nodes, v.cluster)];
+        if (v.fewerShards !== undefined) {
+          const w = c.nodeWorkers!;
+          out.push(await onRedis(pool, spec, c.nodes, r, [], { WS_WORKERS: String(w) }, c, key(v.fewerShards, w * c.nodes), base)
+            .catch(failed(v.fewerShards)));
+        }
         if (v.acked !== undefined) {
           const acked = v.acked;
           out.push(await startReplicas(r, c.ackReplicas, replicaServers)
@@ -285,6 +343,8 @@ function redisExtras(run: FanoutRun, base: Sample, n: number, nodeOf: (proc: num
     oneNodePerServerCpuS: num(basePerCpu),
     perServerCpuVsOneNode: num(s.perServerCpuS / basePerCpu),
     perTotalCpuVsOneNode: num(perTotal / basePerCpu),
+    // Both sides over what their nodes used beyond their rest (fanoutOnce's restUtil).
+    aboveRestVsOneNode: num(Number(s.extra['perServerCpuSAboveRest']) / Number(base.ok ? base.extra['perServerCpuSAboveRest'] : NaN)),
     oneNodeP99Us: num(baseP99),
     p99AddedUs: num(p99 - baseP99),
     p99VsOneNode: num(p99 / baseP99),

@@ -27,6 +27,12 @@ export interface FanoutConfig {
   /** Subscriber processes; the publisher gets one more of its own. */
   procs: number;
   ephemeral: boolean;
+  /**
+   * S8: before publishing, the servers' CPU is read over this many ms with
+   * every socket joined and no traffic (what the nodes cost at rest, paid
+   * again by each node of a cluster); 0 or absent: not measured.
+   */
+  restMs?: number;
 }
 
 export const S3_DEFAULT: FanoutConfig = { subscribers: 2000, depth: 8, window: 8, size: 64, warmupMs: 1000, measureMs: 3000, procs: 2, ephemeral: false };
@@ -34,6 +40,7 @@ export const S3_DEFAULT: FanoutConfig = { subscribers: 2000, depth: 8, window: 8
 const TOPIC = 'bench';
 const STALL_MS = 3000;
 const WARMUP_EVENTS_MAX_MS = 20_000;
+const REST_SETTLE_MS = 1000;
 
 export async function runFanout(opts: RunOptions, cfg: FanoutConfig): Promise<Sample[]> {
   const pool = await LoadPool.start(cfg.procs + 1, 30 * 60_000);
@@ -100,6 +107,15 @@ export async function fanoutOnce(pool: LoadPool, nodes: FanoutNodes, cfg: Fanout
     const joined = joins.reduce((a, j) => a + j.joined, 0);
     if (joined < cfg.subscribers + 1) throw new Error(`only ${joined}/${cfg.subscribers + 1} joins succeeded`);
 
+    let restUtil = NaN;
+    if ((cfg.restMs ?? 0) > 0) {
+      // After the joins' own work has settled.
+      await sleep(REST_SETTLE_MS);
+      const c0 = nodes.cpuSeconds();
+      const t0 = performance.now();
+      await sleep(cfg.restMs!);
+      restUtil = (nodes.cpuSeconds() - c0) / ((performance.now() - t0) / 1000);
+    }
     await pool.all((p) => (p.index === 0 ? null : { op: 'track' }));
     await publisher.call({ op: 'publish', topic: TOPIC, depth: cfg.depth, size: cfg.size, ephemeral: cfg.ephemeral, credit: cfg.window - 1 });
 
@@ -147,6 +163,8 @@ export async function fanoutOnce(pool: LoadPool, nodes: FanoutNodes, cfg: Fanout
         outstandingAtStop: stops.reduce((x, s) => x + s.outstanding, 0), ephemeral: cfg.ephemeral,
         // How many events the server's sends packed per read of a subscriber socket (more: fewer sends per delivery).
         deliveriesPerRead: subs.delta.reads > 0 ? count / subs.delta.reads : 0,
+        // S8: the servers at rest (share of a core), and deliveries per server-CPU-s over what they used beyond it.
+        ...(Number.isFinite(restUtil) ? { restUtil, perServerCpuSAboveRest: count / (subs.serverCpuS - restUtil * subs.wallS) } : {}),
       },
     };
     return { sample, a, b, probeA, probeB };

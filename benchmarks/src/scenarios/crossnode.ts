@@ -124,11 +124,7 @@ export async function runCrossNode(opts: RunOptions, cfg: CrossConfig): Promise<
         more.push(await ServerProc.start(spec, 60_000, { WS_WORKERS: String(w) }).then(async (one) => {
           try {
             const run = await fanoutOnce(pool, oneNode(one), c, key(moreShards, w));
-            const e = run.sample.extra;
-            Object.assign(e, ackExtras(run), base.ok ? {
-              perServerCpuVsOneNode: run.sample.perServerCpuS / base.perServerCpuS,
-              aboveRestVsOneNode: Number(e['perServerCpuSAboveRest']) / Number(base.extra['perServerCpuSAboveRest']),
-            } : {});
+            Object.assign(run.sample.extra, ackExtras(run), vsOneNode(run.sample, base));
             return run.sample;
           } finally {
             await one.stop();
@@ -223,6 +219,19 @@ async function caughtUp(master: RedisProc, replicas: readonly RedisProc[]): Prom
   if (!Number.isFinite(offset)) throw new Error('the master did not tell its master_repl_offset');
   await Promise.all(replicas.map((r) => until(async () => replField(await r.server.cli('info', 'replication'), 'slave_repl_offset') >= offset,
     REPLICA_SYNC_MS, `replica on port ${r.server.port} did not reach the master's offset ${offset}`)));
+}
+
+/**
+ * A variant's deliveries per gateway-CPU-s against the embedded node of the same repeat: as measured, and both sides over
+ * what their nodes used beyond their rest (fanoutOnce's restUtil); null where either is missing.
+ */
+function vsOneNode(s: Sample, base: Sample): Sample['extra'] {
+  const num = (x: number): number | null => (Number.isFinite(x) ? x : null);
+  if (!base.ok) return { perServerCpuVsOneNode: null, aboveRestVsOneNode: null };
+  return {
+    perServerCpuVsOneNode: num(s.perServerCpuS / base.perServerCpuS),
+    aboveRestVsOneNode: num(Number(s.extra['perServerCpuSAboveRest']) / Number(base.extra['perServerCpuSAboveRest'])),
+  };
 }
 
 /** Publish-ack latency: the publisher's (process 0's) histogram over the window, send to reply. */
@@ -341,10 +350,8 @@ function redisExtras(run: FanoutRun, base: Sample, n: number, nodeOf: (proc: num
     otherNodesP99Us: num(Math.max(...nodeP99.slice(1))),
     // Against the embedded single node of the same repeat (S3's setup).
     oneNodePerServerCpuS: num(basePerCpu),
-    perServerCpuVsOneNode: num(s.perServerCpuS / basePerCpu),
+    ...vsOneNode(s, base),
     perTotalCpuVsOneNode: num(perTotal / basePerCpu),
-    // Both sides over what their nodes used beyond their rest (fanoutOnce's restUtil).
-    aboveRestVsOneNode: num(Number(s.extra['perServerCpuSAboveRest']) / Number(base.ok ? base.extra['perServerCpuSAboveRest'] : NaN)),
     oneNodeP99Us: num(baseP99),
     p99AddedUs: num(p99 - baseP99),
     p99VsOneNode: num(p99 / baseP99),

@@ -7,7 +7,7 @@
  * Never imported by the gateway itself (main.ts and shard/index.ts bundle none of it).
  */
 export {
-  buildIsFresh, GATEWAY_DIR, gatewayChoice, PLAIN_ENV, TEST_ADMIN_TOKEN, TEST_ENV, gatewayArgs, running, runsBuild, runUntilExit, startGateway,
+  buildIsFresh, bundledFolders, GATEWAY_DIR, gatewayChoice, PLAIN_ENV, TEST_ADMIN_TOKEN, TEST_ENV, gatewayArgs, running, runsBuild, runUntilExit, startGateway,
   withFileLimit,
   type Gateway, type ReadyMessage, type StartOptions,
 } from './gateway.ts';

@@ -392,6 +392,8 @@ export interface ClientTimeline {
   readonly client: number;
   readonly downs: readonly number[];
   readonly ups: readonly number[];
+  /** The reconnects the SDK scheduled, as pairs: when, and the wait it chose (the server's hint, or its backoff). */
+  readonly waits?: readonly number[];
 }
 
 export interface ReconnectStats {
@@ -453,6 +455,73 @@ export function reconnectStats(timelines: readonly ClientTimeline[], fromMs: num
   };
 }
 
+/**
+ * Where the returns of a step went, for the clients that lost their
+ * connection in [fromMs, toMs) and were back: the waits the SDK scheduled
+ * (a refusal's or a close's hint, or its own backoff) between the client's
+ * first loss and its return, and the rest, spent in attempts (connect,
+ * upgrade, welcome, and the client process's own loop while it did them).
+ */
+export interface ReturnSplit {
+  readonly clients: number;
+  readonly waitedP50Ms: number;
+  readonly waitedP99Ms: number;
+  readonly attemptsP50Ms: number;
+  readonly attemptsP99Ms: number;
+  /** Attempts per client that came back (each scheduled reconnect is one). */
+  readonly attemptsPerClient: number;
+}
+
+export function returnSplit(timelines: readonly ClientTimeline[], fromMs: number, toMs: number): ReturnSplit {
+  const waited: number[] = [];
+  const attempting: number[] = [];
+  let attempts = 0;
+  for (const t of timelines) {
+    let first: number | undefined;
+    let last: number | undefined;
+    for (const d of t.downs) {
+      if (d < fromMs || d >= toMs) continue;
+      first ??= d;
+      last = d;
+    }
+    if (first === undefined || last === undefined) continue;
+    const up = t.ups.find((u) => u >= last);
+    if (up === undefined) continue;
+    let w = 0;
+    const waits = t.waits ?? [];
+    for (let i = 0; i + 1 < waits.length; i += 2) {
+      if (waits[i]! < first || waits[i]! >= up) continue;
+      // A wait that outlasts the return (a close() meanwhile) counts up to it.
+      w += Math.min(waits[i + 1]!, up - waits[i]!);
+      attempts++;
+    }
+    waited.push(w);
+    attempting.push(up - first - w);
+  }
+  return {
+    clients: waited.length,
+    waitedP50Ms: percentile(waited, 0.5), waitedP99Ms: percentile(waited, 0.99),
+    attemptsP50Ms: percentile(attempting, 0.5), attemptsP99Ms: percentile(attempting, 0.99),
+    attemptsPerClient: waited.length === 0 ? 0 : attempts / waited.length,
+  };
+}
+
+/** The client processes' event-loop stalls in [fromMs, toMs): the longest one, and the most stalled time of one process. */
+export function stallsIn(stalls: readonly (readonly number[])[], fromMs: number, toMs: number): { longestMs: number; mostTotalMs: number } {
+  let longestMs = 0;
+  let mostTotalMs = 0;
+  for (const proc of stalls) {
+    let total = 0;
+    for (let i = 0; i + 1 < proc.length; i += 2) {
+      if (proc[i]! < fromMs || proc[i]! >= toMs) continue;
+      longestMs = Math.max(longestMs, proc[i + 1]!);
+      total += proc[i + 1]!;
+    }
+    mostTotalMs = Math.max(mostTotalMs, total);
+  }
+  return { longestMs, mostTotalMs };
+}
+
 // ---- verdicts and the table ----------------------------------------------------------
 
 export interface StepResult {
@@ -471,6 +540,10 @@ export interface StepResult {
   readonly closesPeakPerS: number;
   readonly closesPeak5sPerS: number;
   readonly reconnect: ReconnectStats;
+  /** Where the returns went: the SDK's scheduled waits against the attempts themselves. */
+  readonly returns?: ReturnSplit;
+  /** The client processes' event-loop stalls from the first drop until 99% were back. */
+  readonly clientStalls?: { readonly longestMs: number; readonly mostTotalMs: number };
   /** CPU seconds by role from the first drop until 99% were back (chaos/cpu.ts), and that wall time. */
   readonly returnCpu?: { readonly wallS: number; readonly by: Readonly<Record<string, number>> };
 }
@@ -623,7 +696,7 @@ export function failoverCell(r: ScenarioResult): string {
     `(${rec.delayed} delayed > ${rec.lateMs / 1000} s, longest ${fmtS(rec.maxAckMs)})`;
 }
 
-function fmtS(ms: number): string {
+export function fmtS(ms: number): string {
   return Number.isFinite(ms) ? `${(ms / 1000).toFixed(1)} s` : 'not reached';
 }
 

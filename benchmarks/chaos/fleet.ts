@@ -25,10 +25,13 @@ import WebSocket from 'ws';
 import { SluiceClient, type WebSocketConstructor } from '@sluice/client';
 import { decodeServerFrame } from '@sluice/protocol';
 import { RpcChild, serveRequests } from '../src/lib/child-rpc.ts';
-import { checkSubscription, emptyDeliveryCheck, type Acked, type DeliveryCheck } from './analysis.ts';
+import { checkSubscription, emptyDeliveryCheck, type Acked, type ClientTimeline, type DeliveryCheck } from './analysis.ts';
 
 export const CLIENT_SOURCES = ['127.0.0.2', '127.0.0.3', '127.0.0.4', '127.0.0.5', '127.0.0.6', '127.0.0.7', '127.0.0.8', '127.0.0.9'];
 export const PER_PROC_MAX = 2500;
+/** The client processes' loop watch: a tick every STALL_TICK_MS, a stall kept when the tick is STALL_MS late or more. */
+const STALL_TICK_MS = 100;
+const STALL_MS = 50;
 
 export interface Roles {
   readonly run: string;
@@ -165,6 +168,8 @@ interface Held {
   joins: string[];
   downs: number[];
   ups: number[];
+  /** The reconnects the SDK scheduled, as pairs: when (ms on the orchestrator's clock), and the wait it chose (`inMs`). */
+  waits: number[];
   /** The gateway node id of the latest welcome (connection ids are `<node>.<shard>.<generation>.<seq>`). */
   node: string | undefined;
   /** The latest welcome's connection id, whole: which node and shard the client is on. */
@@ -191,6 +196,27 @@ class Clients {
   explained: string[] = [];
   /** The orchestrator's clock: epoch ms of its 0. */
   t0 = 0;
+  /** This process's event-loop stalls, as pairs: when one ended (ms on the orchestrator's clock) and how long past its tick it was. */
+  stalls: number[] = [];
+  private stallTimer: NodeJS.Timeout | undefined;
+
+  /**
+   * Watches this process's own event loop: a 100 ms tick that comes later
+   * than that is a stall of the clients it holds (their timers, reads and
+   * connects wait too). Kept when over STALL_MS, so that a chaos report can
+   * tell time spent by the gateways from time spent in here.
+   */
+  private watchStalls(): void {
+    if (this.stallTimer !== undefined) return;
+    let last = performance.now();
+    this.stallTimer = setInterval(() => {
+      const at = performance.now();
+      const late = at - last - STALL_TICK_MS;
+      last = at;
+      if (late >= STALL_MS) this.stalls.push(Math.round(this.now()), Math.round(late));
+    }, STALL_TICK_MS);
+    this.stallTimer.unref();
+  }
 
   private now(): number {
     return performance.timeOrigin + performance.now() - this.t0;
@@ -256,6 +282,7 @@ class Clients {
   async connect(r: Extract<Request, { op: 'connect' }>): Promise<{ ready: number; failed: number; reasons: Record<string, number> }> {
     this.roles = r.roles;
     this.t0 = r.t0;
+    this.watchStalls();
     const roles = r.roles;
     let ready = 0;
     let failed = 0;
@@ -287,7 +314,7 @@ class Clients {
   private start(index: number, urls: string[], roles: Roles): Promise<string | undefined> {
     const ref: { h?: Held } = {};
     const client = new SluiceClient({ url: urls, WebSocket: this.ctor(CLIENT_SOURCES[index % CLIENT_SOURCES.length]!, () => ref.h) });
-    const h: Held = { index, client, subs: [], keyed: undefined, wire: new Map(), sockets: 0, joins: [], downs: [], ups: [], node: undefined, conn: undefined, publisher: undefined, keyedPublisher: undefined };
+    const h: Held = { index, client, subs: [], keyed: undefined, wire: new Map(), sockets: 0, joins: [], downs: [], ups: [], waits: [], node: undefined, conn: undefined, publisher: undefined, keyedPublisher: undefined };
     ref.h = h;
     this.held.push(h);
     const readies: Promise<unknown>[] = [];
@@ -321,7 +348,10 @@ class Clients {
       h.downs.push(this.now());
       this.count(this.closeCodes, `${e.code}${e.reason === undefined ? '' : ` ${e.reason}`}`);
     });
-    client.on('reconnecting', (e) => { if (e.status !== undefined) this.count(this.refusals, String(e.status)); });
+    client.on('reconnecting', (e) => {
+      h.waits.push(this.now(), e.inMs);
+      if (e.status !== undefined) this.count(this.refusals, String(e.status));
+    });
     client.on('recovered', (e) => {
       // A keyed feed has no durable event: it resumes from its join's position, or, when that join got none (Redis did not answer), rejoins without since, reported as recovered: false, since undefined.
       if (!e.recovered && e.topic === h.keyed?.topic && e.since === undefined) { this.keyedNoPosition++; return; }
@@ -464,7 +494,7 @@ function childMain(): void {
       case 'acked': return { acked: c.acked, extras: c.extras() };
       case 'verify': return c.verify(r.acked, r.lost);
       case 'keyedStale': return c.keyedStale(r.fence);
-      case 'timelines': return c.held.map((h) => ({ client: h.index, downs: h.downs, ups: h.ups }));
+      case 'timelines': return { clients: c.held.map((h) => ({ client: h.index, downs: h.downs, ups: h.ups, waits: h.waits })), stalls: c.stalls };
       case 'close': await c.close(); return null;
       case 'exit': return null;
     }
@@ -560,8 +590,10 @@ export class Fleet {
     return { by: mergeCounts(rs.map((r) => r.by)), examples: rs.flatMap((r) => r.examples).slice(0, 12) };
   }
 
-  async timelines(): Promise<{ client: number; downs: number[]; ups: number[] }[]> {
-    return (await Promise.all(this.procs.map((p) => p.call<{ client: number; downs: number[]; ups: number[] }[]>({ op: 'timelines' }, 30_000)))).flat();
+  /** Every client's losses, returns and scheduled waits, and each client process's event-loop stalls. */
+  async timelines(): Promise<{ clients: ClientTimeline[]; stalls: number[][] }> {
+    const rs = await Promise.all(this.procs.map((p) => p.call<{ clients: ClientTimeline[]; stalls: number[] }>({ op: 'timelines' }, 30_000)));
+    return { clients: rs.flatMap((r) => r.clients), stalls: rs.map((r) => r.stalls) };
   }
 
   async close(): Promise<void> {

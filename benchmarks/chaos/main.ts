@@ -10,7 +10,7 @@
 
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { renderTable, violations, type Bounds, type ScenarioResult } from './analysis.ts';
+import { fmtS, renderTable, violations, type Bounds, type ScenarioResult } from './analysis.ts';
 import { ALL_SCENARIOS, CI_SCENARIOS, defaultConfig, DESCRIBE, runScenario, SETUP, type ChaosConfig, type ScenarioName } from './scenarios.ts';
 import { BENCH_ROOT } from '../src/lib/spawn.ts';
 import { commit, version } from './stamp.ts';
@@ -122,6 +122,14 @@ function report(results: readonly ScenarioResult[], cfg: ChaosConfig, bounds: Bo
         `(${Object.entries(s.peakArrivalsByNode ?? {}).map(([n, v]) => `${n} ${Math.round(v)}`).join(', ')}; /metrics), ` +
         `${s.clientPeakPerS} welcomes in one second at the clients; closes at the clients: ${s.closesPeakPerS} in the busiest second, ` +
         `${Math.round(s.closesPeak5sPerS)}/s over the busiest 5 s`);
+      if (s.returns !== undefined && s.returns.clients > 0) {
+        const r = s.returns;
+        lines.push(`- ${s.name}, where the returns went: waits the SDK scheduled (hints and backoff) p50 ${fmtS(r.waitedP50Ms)}, p99 ${fmtS(r.waitedP99Ms)}; ` +
+          `the rest, in attempts (connect, upgrade, welcome, and the client process's own loop), p50 ${fmtS(r.attemptsP50Ms)}, p99 ${fmtS(r.attemptsP99Ms)}; ` +
+          `${r.attemptsPerClient.toFixed(2)} attempts per client` +
+          (s.clientStalls === undefined ? '' : `; client processes' event loops from the first drop until 99% were back: longest stall ${fmtS(s.clientStalls.longestMs)}, ` +
+            `one process stalled ${fmtS(s.clientStalls.mostTotalMs)} in all`));
+      }
     }
     if (x.error !== undefined) lines.push(`- error: ${x.error}`);
     for (const e of x.errorExamples) lines.push(`- error line: \`${e.replace(/`/g, "'")}\``);

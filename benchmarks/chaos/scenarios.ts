@@ -15,7 +15,7 @@ import { topicKey, topicRedisKeys } from '@sluice/core';
 import { Client } from '@sluice/gateway/testing';
 import type { RedisServer } from '@sluice/redis/testing';
 import {
-  ackedByTopic, ackLatency, checkHistory, mergeDeliveryChecks, mergeStateStats, reconnectStats, recoveryStats, stateStats,
+  ackedByTopic, ackLatency, checkHistory, mergeDeliveryChecks, mergeStateStats, reconnectStats, recoveryStats, returnSplit, stallsIn, stateStats,
   type FailoverResult, type HistoryEvent, type LatencyStats, type NetFaultResult, type ReadinessExpectation, type ScenarioResult, type StateSample, type StepResult,
 } from './analysis.ts';
 import { accumulate, bucketGrowth, peakInWindow, peakRate, sumSeries, type CounterPoll } from '../src/lib/series.ts';
@@ -673,7 +673,7 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
     const hist = checkHistory(acked, history);
     // Deliveries of the events lost from history are counted apart (what a failover without replica acks may lose).
     const delivery = mergeDeliveryChecks(await f.verify(Object.fromEntries([...byTopic].map(([t, ids]) => [t, [...ids]])), hist.lostIds ?? {}));
-    const timelines = await f.timelines();
+    const { clients: timelines, stalls } = await f.timelines();
     const series = (names: readonly string[]): CounterPoll[] => sumSeries(names.map((n) => accumulate(poller!.raw.get(n) ?? [])));
     const downsIn = (w: StepWindow): number[] => timelines.flatMap((t) => t.downs.filter((u) => u >= w.from && u < w.to)).sort((x, y) => x - y);
     const steps: StepResult[] = windows.map((w) => {
@@ -691,6 +691,8 @@ export async function runScenario(name: ScenarioName, cfg: ChaosConfig, log: (s:
         closesPeakPerS: peakInWindow(downsIn(w), 1000),
         closesPeak5sPerS: peakInWindow(downsIn(w), 5000) / 5,
         reconnect,
+        returns: returnSplit(timelines, w.from, w.to),
+        clientStalls: stallsIn(stalls, dropAt, dropAt + reconnect.t99FromDropMs),
         ...(returnCpu === undefined ? {} : { returnCpu }),
       };
     });

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   ackedByTopic, ackLatency, budgetBoundMs, checkHistory, checkSubscription, emptyDeliveryCheck, failoverCell, lostCell, mergeDeliveryChecks, mergeStateStats, netFaultCell,
-  netFaultViolations, reconnectStats, recoveryStats, renderTable, stateStats, violations,
+  netFaultViolations, reconnectStats, recoveryStats, renderTable, returnSplit, stallsIn, stateStats, violations,
   type Acked, type NetFaultResult, type ReconnectStats, type ScenarioResult,
 } from '../chaos/analysis.ts';
 import { accumulate, bucketGrowth, peakInWindow, peakRate, sumSeries, timeToShare } from '../src/lib/series.ts';
@@ -128,6 +128,36 @@ test('peakRate: the most growth over one second between polls at least a second 
   // Polls further apart than the window: the rate is over their real gap, not scaled up.
   assert.equal(peakRate([{ ms: 0, value: 0 }, { ms: 2000, value: 1000 }], 1000), 500);
   assert.equal(peakRate([{ ms: 0, value: 0 }], 1000), 0);
+});
+
+test('returnSplit: the waits the SDK scheduled between a client\'s first drop and its return, and the rest spent in attempts', () => {
+  const tl = [
+    // Dropped at 1000; waited 200 (backoff), an attempt refused at 1900 with a 500 ms hint, back at 2600.
+    { client: 0, downs: [1000], ups: [0, 2600], waits: [1000, 200, 1900, 500] },
+    // Dropped twice; a wait scheduled before the window and one that outlasts the return count only inside [first drop, return).
+    { client: 1, downs: [1200, 2000], ups: [0, 1300, 2400], waits: [900, 300, 1200, 50, 2000, 1000] },
+    { client: 2, downs: [1100], ups: [0], waits: [1100, 100] }, // never back: left out
+    { client: 3, downs: [], ups: [0] }, // not dropped
+  ];
+  const r = returnSplit(tl, 1000, 3000);
+  assert.equal(r.clients, 2);
+  // Client 0: 700 waited, 900 in attempts. Client 1: 50 + min(1000, 400) = 450 waited, 1200 - 450 = 750 in attempts.
+  assert.equal(r.waitedP50Ms, 450);
+  assert.equal(r.waitedP99Ms, 700);
+  assert.equal(r.attemptsP50Ms, 750);
+  assert.equal(r.attemptsP99Ms, 900);
+  assert.equal(r.attemptsPerClient, 2);
+  const none = returnSplit(tl, 5000, 6000);
+  assert.equal(none.clients, 0);
+  assert.ok(Number.isNaN(none.waitedP50Ms));
+  assert.equal(none.attemptsPerClient, 0);
+});
+
+test('stallsIn: the longest stall of any client process in the window, and the most stalled time of one process', () => {
+  const stalls = [[900, 400, 1500, 300, 1800, 250], [1200, 700, 4000, 2000]];
+  assert.deepEqual(stallsIn(stalls, 1000, 3000), { longestMs: 700, mostTotalMs: 700 });
+  assert.deepEqual(stallsIn(stalls, 0, 5000), { longestMs: 2000, mostTotalMs: 2700 });
+  assert.deepEqual(stallsIn([], 0, 5000), { longestMs: 0, mostTotalMs: 0 });
 });
 
 test('peakInWindow: most times within any one window, sliding', () => {

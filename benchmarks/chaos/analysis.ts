@@ -413,6 +413,19 @@ export interface ReconnectStats {
   longestWaitMs: number;
 }
 
+/** A client's first loss in [fromMs, toMs), and its return after its last loss there (undefined if none yet); undefined when it lost none. */
+function lossIn(t: ClientTimeline, fromMs: number, toMs: number): { first: number; up: number | undefined } | undefined {
+  let first: number | undefined;
+  let last: number | undefined;
+  for (const d of t.downs) {
+    if (d < fromMs || d >= toMs) continue;
+    first ??= d;
+    last = d;
+  }
+  if (first === undefined || last === undefined) return undefined;
+  return { first, up: t.ups.find((u) => u >= last) };
+}
+
 /**
  * For the clients that lost their connection in [fromMs, toMs): the time
  * from `fromMs` until each had a connection again after its last loss in the
@@ -425,20 +438,14 @@ export function reconnectStats(timelines: readonly ClientTimeline[], fromMs: num
   let firstDrop = Number.POSITIVE_INFINITY;
   let longestWait = 0;
   for (const t of timelines) {
-    let first: number | undefined;
-    let last: number | undefined;
-    for (const d of t.downs) {
-      if (d < fromMs || d >= toMs) continue;
-      first ??= d;
-      last = d;
-    }
-    if (last === undefined) continue;
+    const loss = lossIn(t, fromMs, toMs);
+    if (loss === undefined) continue;
+    const { first, up } = loss;
     dropped++;
-    firstDrop = Math.min(firstDrop, first!);
-    const up = t.ups.find((u) => u >= last);
+    firstDrop = Math.min(firstDrop, first);
     if (up !== undefined) {
       backAt.push(up - fromMs);
-      longestWait = Math.max(longestWait, up - first!);
+      longestWait = Math.max(longestWait, up - first);
     } else {
       longestWait = Number.NaN;
     }
@@ -477,16 +484,9 @@ export function returnSplit(timelines: readonly ClientTimeline[], fromMs: number
   const attempting: number[] = [];
   let attempts = 0;
   for (const t of timelines) {
-    let first: number | undefined;
-    let last: number | undefined;
-    for (const d of t.downs) {
-      if (d < fromMs || d >= toMs) continue;
-      first ??= d;
-      last = d;
-    }
-    if (first === undefined || last === undefined) continue;
-    const up = t.ups.find((u) => u >= last);
-    if (up === undefined) continue;
+    const loss = lossIn(t, fromMs, toMs);
+    if (loss?.up === undefined) continue;
+    const { first, up } = loss;
     let w = 0;
     const waits = t.waits ?? [];
     for (let i = 0; i + 1 < waits.length; i += 2) {

@@ -5,7 +5,8 @@
  * nothing is written to Redis for them, and nothing is asked while nobody
  * looks. Embedded mode: this node alone.
  *
- * A node that is alive (its lease in Redis) but does not answer within 1 s is
+ * A node that is alive (its lease in Redis) but does not answer within
+ * WS_NODE_ANSWER_MS (1 s by default) is
  * shown as `unresponsive`, with the last view this node had of it and how old
  * that is; a node whose lease ended (it stopped, or died a lease ago) is not
  * shown. When Redis does not take the question, the views hold this node's

@@ -217,7 +217,7 @@ export function createAdminServer(deps: AdminDeps): Server {
         const r = await unlessRedisDown(deps.views.drain(node));
         if (r === 'unknown') throw new Refused(404, 'not_found', `no node ${node} is alive in the cluster (GET /v1/nodes lists them)`);
         if (r === 'unanswered') {
-          throw new Refused(503, 'unavailable', `node ${node} did not confirm the drain within 1 s: it drains if the request reaches it within ` +
+          throw new Refused(503, 'unavailable', `node ${node} did not confirm the drain within ${deps.config.nodeAnswerMs} ms: it drains if the request reaches it within ` +
             `${DRAIN_VALID_MS / 1000} s, else not; check GET /v1/nodes before you retry`);
         }
         return json(res, 202, { status: 'draining', node });

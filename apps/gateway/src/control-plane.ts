@@ -28,8 +28,6 @@ import type { NodeRegistry } from './node-registry.ts';
 
 /** How often expired revocations are forgotten (the shards prune their own copies as often). */
 const PRUNE_MS = 60_000;
-/** How long a publish to users waits for the other nodes to say which of the users they hold. */
-export const USERS_ANSWER_MS = 1000;
 /** How every `$user` event frame begins (admin.ts encodes it): a node delivers nothing else from the channel. */
 const USER_FRAME_PREFIX = '{"type":"event","topic":"$user",';
 
@@ -202,7 +200,7 @@ export class ControlPlane {
 
   /**
    * Asks every node alive (at the last lease renewal), this one included, or
-   * only the one a drain names, and waits at most USERS_ANSWER_MS for the
+   * only the one a drain names, and waits at most WS_NODE_ANSWER_MS for the
    * others' answers. Embedded mode: this node alone. When Redis does not
    * take the question, a view has this node's answer and every other node
    * unanswered (the page still shows this node, with Redis down), and a
@@ -237,7 +235,7 @@ export class ControlPlane {
           return { answers, unanswered: [...waiting] };
         }
       }
-      timer = setTimeout(() => done(), USERS_ANSWER_MS);
+      timer = setTimeout(() => done(), this.cfg.nodeAnswerMs);
       await mine();
       if (waiting.size > 0) await answered;
       return { answers, unanswered: [...waiting] };
@@ -287,7 +285,7 @@ export class ControlPlane {
    * shards. Cluster: one PUBLISH on the control channel takes it to every
    * node, each answers on this node's reply channel with the users it holds
    * (one PUBLISH each), and this waits for the nodes alive at the last lease
-   * renewal, at most USERS_ANSWER_MS: the Redis calls grow with publishes and
+   * renewal, at most WS_NODE_ANSWER_MS: the Redis calls grow with publishes and
    * nodes, never with users. A node that does not answer in time has still
    * been sent the event; its users are not counted as online.
    */
@@ -308,7 +306,7 @@ export class ControlPlane {
         return { ok: false, reason: 'unavailable', message: 'redis did not take the event, so no node sent it; retry' };
       }
       // The nodes' window starts once Redis took the request, however long that took.
-      const timer = setTimeout(() => done(), USERS_ANSWER_MS);
+      const timer = setTimeout(() => done(), this.cfg.nodeAnswerMs);
       for (const u of await this.deliverToUsers(tenant, users, frame)) online.add(u);
       if (waiting.size > 0) await answered;
       clearTimeout(timer);

@@ -581,7 +581,7 @@ export class Coordinator {
       'Users named by publishes to users this node took, by whether they had a socket open anywhere (online) or not (offline).',
       'state', () => ({ online: this.control?.userEvents.online ?? 0, offline: this.control?.userEvents.offline ?? 0 }));
     counterFrom(r, 'sluice_user_publish_unanswered_total',
-      'Cluster mode: nodes that did not say in time (1 s) which users of a publish to users they hold; the event was still sent to them.',
+      'Cluster mode: nodes that did not say in time (WS_NODE_ANSWER_MS) which users of a publish to users they hold; the event was still sent to them.',
       undefined, () => this.control?.userEvents.unanswered ?? 0);
     gaugeFrom(r, 'sluice_cluster_nodes', 'Cluster mode: the nodes alive (this one included) at this node\'s last lease renewal; 0 in embedded mode.',
       () => this.nodes?.nodes.size ?? 0, 'max');

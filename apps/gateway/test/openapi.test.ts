@@ -957,8 +957,10 @@ describe('the views of the cluster and a drain of another node: two nodes on a r
   let b: Gateway;
   let aId: string;
   let bId: string;
-  // A lease of 20 s, renewed every 10 s: node B stays alive by its lease while it is stopped below.
-  const env = { ADMIN_TOKEN, WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET, WS_PRESENCE_TTL_MS: '40000', ...PRESENCE };
+  // A lease of 20 s, renewed every 10 s: node B stays alive by its lease while it is stopped below. Answers are
+  // waited for 3 s (WS_NODE_ANSWER_MS), far above the milliseconds B takes, so that a moment's stall of B on a
+  // busy machine does not make it unresponsive where a test counts on its answer.
+  const env = { ADMIN_TOKEN, WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET, WS_PRESENCE_TTL_MS: '40000', WS_NODE_ANSWER_MS: '3000', ...PRESENCE };
   before(async () => {
     redis = await startRedis();
     [a, b] = await Promise.all([startGateway({ ...env, REDIS_URL: redis.url }), startGateway({ ...env, REDIS_URL: redis.url })]);

@@ -219,8 +219,10 @@ describe('presence and publishes to users on a Redis Cluster (sharded pub/sub)',
   let b: Gateway;
   before(async () => {
     cluster = await startRedisCluster();
+    // Both nodes are up throughout, so the publish to users waits for B's answer (milliseconds) however long B is
+    // descheduled: with the default 1 s window one CI run counted bob offline (an answer later than 1 s is dropped).
     const env = { REDIS_URL: cluster.url, REDIS_CLUSTER: '1', WS_AUTH: 'jwt', WS_JWT_SECRET: SECRET, WS_PRESENCE_TOPICS: 'room:*',
-      WS_PRESENCE_DIFF_MS: String(DIFF_MS), WS_PRESENCE_TTL_MS: String(TTL_MS) };
+      WS_PRESENCE_DIFF_MS: String(DIFF_MS), WS_PRESENCE_TTL_MS: String(TTL_MS), WS_NODE_ANSWER_MS: '10000' };
     [a, b] = await Promise.all([startGateway(env), startGateway(env)]);
     await eventually(async () => (await metricValue(a, 'sluice_cluster_nodes')) === 2 && (await metricValue(b, 'sluice_cluster_nodes')) === 2, 10_000);
   });
@@ -243,14 +245,21 @@ describe('presence and publishes to users on a Redis Cluster (sharded pub/sub)',
     for (const t of topics) {
       await eventually(async () => Object.keys((await presenceOf(a, t)).users).sort().join() === 'alice,bob', 3000);
     }
+    const sentAt = Date.now();
     const res = await a.adminPost('/v1/publish', { users: ['alice', 'bob', 'nobody'], data: 'both' });
-    assert.deepEqual(await res.json(), { online: ['alice', 'bob'] });
+    assert.deepEqual(await res.json(), { online: ['alice', 'bob'] }, `published at ${new Date(sentAt).toISOString()}; the nodes logged:\n${said(a, b)}`);
     for (const c of [alice, bob]) assert.equal((await c.next((f) => f.type === 'event' && f.topic === '$user')).data, 'both');
     bob.close();
     for (const t of topics) await eventually(async () => Object.keys((await presenceOf(a, t)).users).join() === 'alice', 3000);
     alice.close();
   });
 });
+
+/** What the nodes logged, a line each (their start-up config left out), for a failure's message. */
+function said(...gws: Gateway[]): string {
+  return gws.map((gw, i) => `node ${i}: ` + gw.logs.filter((l) => l['config'] === undefined)
+    .map(({ time, level, msg, pid: _p, role: _r, ...rest }) => `${String(time)} ${String(level)} ${String(msg)} ${JSON.stringify(rest).slice(0, 300)}`).join(' | ')).join('\n');
+}
 
 /** A node's id: its connection ids begin with it. */
 async function nodeOf(gw: Gateway): Promise<string> {

@@ -72,6 +72,7 @@ export interface Config {
   /** WS_REDIS_ACK_REPLICAS: a durable publish is acked once this many replicas confirmed it (WAIT); 0 = once the master stored it. */
   readonly redisAckReplicas: number;
   readonly redisAckTimeoutMs: number;
+  readonly nodeAnswerMs: number;
   readonly auth: AuthMode;
   readonly compression: CompressionMode;
   readonly jwtSecret: string | undefined;
@@ -610,6 +611,14 @@ const schema = [
     name: 'WS_REDIS_ACK_TIMEOUT_MS', key: 'redisAckTimeoutMs', section: 'Redis',
     type: int(10, 60_000, 'ms'), default: 1000,
     doc: 'How long a durable publish waits for `WS_REDIS_ACK_REPLICAS` replicas before it is answered `unavailable`.',
+  }),
+  v({
+    name: 'WS_NODE_ANSWER_MS', key: 'nodeAnswerMs', section: 'Redis',
+    type: int(100, 60_000, 'ms'), default: 1000,
+    doc: 'Cluster mode: how long a question to the other nodes waits for their answers: a publish to users and `GET /v1/online` ' +
+      '(which of the users each node holds), the admin views (`/v1/nodes`, `/v1/topics`, `/v1/connections`) and a drain of another node. ' +
+      'A node that does not answer in time was still sent the event, but its users are not in `online` (a push goes to them), and the views ' +
+      'show it `unresponsive`. Answers take milliseconds on a healthy network; raise it where a node can stall longer (a busy or shared host).',
   }),
 
   // Identity and upgrades

@@ -95,6 +95,7 @@ test('an empty env gives the documented defaults and no warnings', () => {
     redisSentinelPassword: undefined,
     redisAckReplicas: 0,
     redisAckTimeoutMs: 1000,
+    nodeAnswerMs: 1000,
     auth: 'none',
     jwtSecret: undefined,
     jwtPublicKeyFile: undefined,
@@ -455,6 +456,14 @@ test('WS_REDIS_ACK_REPLICAS: 0 to 16, only with Redis; its timeout from 10 ms to
   }
   for (const bad of ['9', '60001', 'soon']) {
     assert.deepEqual(problemsOf({ REDIS_URL: 'redis://a:1', WS_REDIS_ACK_TIMEOUT_MS: bad }).map((p) => p.name), ['WS_REDIS_ACK_TIMEOUT_MS'], bad);
+  }
+});
+
+test('WS_NODE_ANSWER_MS: how long a question to the other nodes waits, 100 ms to a minute', () => {
+  assert.equal(loadConfig({ REDIS_URL: 'redis://a:1', WS_NODE_ANSWER_MS: '5000' }, host).config.nodeAnswerMs, 5000);
+  assert.equal(loadConfig({ REDIS_URL: 'redis://a:1', WS_NODE_ANSWER_MS: '100' }, host).config.nodeAnswerMs, 100);
+  for (const bad of ['99', '60001', '1.5', 'soon']) {
+    assert.deepEqual(problemsOf({ REDIS_URL: 'redis://a:1', WS_NODE_ANSWER_MS: bad }).map((p) => p.name), ['WS_NODE_ANSWER_MS'], bad);
   }
 });
 

@@ -6,9 +6,8 @@
  * looks. Embedded mode: this node alone.
  *
  * A node that is alive (its lease in Redis) but does not answer within
- * WS_NODE_ANSWER_MS (1 s by default) is
- * shown as `unresponsive`, with the last view this node had of it and how old
- * that is; a node whose lease ended (it stopped, or died a lease ago) is not
+ * WS_NODE_ANSWER_MS (1 s by default) is shown as `unresponsive`, with the
+ * last view this node had of it and how old that is; a node whose lease ended (it stopped, or died a lease ago) is not
  * shown. When Redis does not take the question, the views hold this node's
  * answer and every other node as unanswered.
  */

@@ -72,6 +72,7 @@ export interface Config {
   /** WS_REDIS_ACK_REPLICAS: a durable publish is acked once this many replicas confirmed it (WAIT); 0 = once the master stored it. */
   readonly redisAckReplicas: number;
   readonly redisAckTimeoutMs: number;
+  /** WS_NODE_ANSWER_MS: how long a question to the other nodes (users, views, a drain) waits for their answers. */
   readonly nodeAnswerMs: number;
   readonly auth: AuthMode;
   readonly compression: CompressionMode;
